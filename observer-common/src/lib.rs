@@ -1,0 +1,242 @@
+//! Types shared by the eBPF programs and the userspace loader.
+//!
+//! Everything here is `#[repr(C)]`, `Copy` and free of implicit padding, so the
+//! bytes the kernel writes are the bytes userspace reads. Never re-declare one of
+//! these by hand on either side.
+#![no_std]
+
+pub mod tracepoints;
+
+/// Ring buffer that carries [`OwnerEvent`], [`CloseEvent`] and [`ProcessEvent`].
+pub const EVENTS_MAP: &str = "EVENTS";
+/// LRU hash: socket pointer -> [`Conn`], the live state of each tracked connection.
+pub const CONNS_MAP: &str = "CONNS";
+/// Per-CPU array of `u64` counters, indexed by [`Counter`].
+pub const COUNTERS_MAP: &str = "COUNTERS";
+/// Per-CPU one-slot array holding the last socket error report seen on that CPU.
+pub const ERROR_SLOT_MAP: &str = "ERROR_SLOT";
+/// Global (load-time constant): the observer's own tgid, never observed.
+pub const OWN_TGID_GLOBAL: &str = "OWN_TGID";
+
+/// Default number of connections tracked at once (CONNS max_entries). At 176 bytes
+/// a value plus the key and LRU bookkeeping this is about 16 MiB of kernel memory.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 65_536;
+/// Default ring buffer size in bytes (a power of two, multiple of the page size).
+pub const DEFAULT_RING_BYTES: u32 = 4 * 1024 * 1024;
+
+/// Kinds of ring-buffer records. Explicit ids: they are a wire format.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A connection got its owning process (outbound: at connect; inbound: at first I/O).
+    Owner = 1,
+    /// A connection reached CLOSE; carries its whole final state.
+    Close = 2,
+    /// A process called exec (its executable changed).
+    Exec = 3,
+    /// A process (thread group) exited.
+    Exit = 4,
+}
+
+impl EventKind {
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Owner),
+            2 => Some(Self::Close),
+            3 => Some(Self::Exec),
+            4 => Some(Self::Exit),
+            _ => None,
+        }
+    }
+}
+
+/// The envelope every ring-buffer record starts with.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EventHeader {
+    /// An [`EventKind`] id.
+    pub kind: u32,
+    /// Size in bytes of the whole record, header included (a cheap sanity check).
+    pub size: u32,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the record was made.
+    pub ts_ns: u64,
+}
+
+/// Connection direction as seen from this host.
+pub const DIR_OUTBOUND: u8 = 1;
+pub const DIR_INBOUND: u8 = 2;
+
+/// `Conn::flags`: the owning process is known (pid/tid/comm are valid).
+pub const FLAG_OWNED: u8 = 1;
+/// `Conn::flags`: an RST was received on this socket.
+pub const FLAG_RESET_RX: u8 = 2;
+/// `Conn::flags`: the connection reached ESTABLISHED.
+pub const FLAG_ESTABLISHED: u8 = 4;
+
+pub const AF_INET: u16 = 2;
+pub const AF_INET6: u16 = 10;
+pub const IPPROTO_TCP: u16 = 6;
+
+/// TCP states as the kernel numbers them (include/net/tcp_states.h).
+pub mod tcp_state {
+    pub const ESTABLISHED: i32 = 1;
+    pub const SYN_SENT: i32 = 2;
+    pub const SYN_RECV: i32 = 3;
+    pub const FIN_WAIT1: i32 = 4;
+    pub const FIN_WAIT2: i32 = 5;
+    pub const TIME_WAIT: i32 = 6;
+    pub const CLOSE: i32 = 7;
+    pub const CLOSE_WAIT: i32 = 8;
+    pub const LAST_ACK: i32 = 9;
+    pub const LISTEN: i32 = 10;
+    pub const CLOSING: i32 = 11;
+}
+
+/// Live state of one TCP connection, keyed by socket pointer in [`CONNS_MAP`].
+/// Timestamps are CLOCK_MONOTONIC nanoseconds; 0 means "did not happen".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conn {
+    /// Kernel socket pointer: identity of the connection while it lives.
+    pub sk: u64,
+    /// Outbound: connect() (CLOSE -> SYN_SENT). Inbound: reaching ESTABLISHED.
+    pub start_ns: u64,
+    pub established_ns: u64,
+    pub first_tx_ns: u64,
+    pub first_rx_ns: u64,
+    pub last_tx_ns: u64,
+    pub last_rx_ns: u64,
+    /// Reaching CLOSE (filled in the close event only).
+    pub end_ns: u64,
+    pub bytes_tx: u64,
+    pub bytes_rx: u64,
+    pub tx_calls: u32,
+    pub rx_calls: u32,
+    pub retransmits: u32,
+    /// Last smoothed RTT in microseconds from tcp:tcp_probe (0: none seen).
+    pub srtt_us: u32,
+    pub resets_rx: u16,
+    pub resets_tx: u16,
+    /// Positive errno reported on the socket just before it closed (0: none).
+    pub error: u32,
+    pub pid: u32,
+    pub tid: u32,
+    /// The kernel's name of the owning thread.
+    pub comm: [u8; 16],
+    /// IPv4 addresses use the first 4 bytes.
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub family: u16,
+    pub direction: u8,
+    pub flags: u8,
+    /// The state the socket left for CLOSE (close event only).
+    pub close_from_state: u32,
+    pub _pad: u32,
+}
+
+/// Record for [`EventKind::Owner`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OwnerEvent {
+    pub hdr: EventHeader,
+    pub sk: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: [u8; 16],
+    pub direction: u8,
+    pub _pad: [u8; 7],
+}
+
+/// Record for [`EventKind::Close`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CloseEvent {
+    pub hdr: EventHeader,
+    pub conn: Conn,
+}
+
+/// Record for [`EventKind::Exec`] and [`EventKind::Exit`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcessEvent {
+    pub hdr: EventHeader,
+    pub pid: u32,
+    pub _pad: u32,
+}
+
+/// The last socket error report on a CPU. `sock:inet_sk_error_report` carries no
+/// socket pointer, so the CLOSE transition that follows on the same CPU matches it
+/// by ports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ErrorSlot {
+    pub ts_ns: u64,
+    pub error: u32,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+/// Indexes into [`COUNTERS_MAP`]. Explicit ids: userspace reads them by number.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// A ring-buffer reservation failed: the event was lost.
+    RingFull = 0,
+    /// Inserting a new connection into CONNS failed.
+    ConnInsertFailed = 1,
+    /// Outbound connections started (CLOSE -> SYN_SENT).
+    OutboundOpened = 2,
+    /// Inbound connections established.
+    InboundOpened = 3,
+    /// Connections closed while tracked.
+    Closed = 4,
+    /// CLOSE seen for a socket not in CONNS (opened before start, or evicted).
+    CloseUntracked = 5,
+}
+
+pub const COUNTER_SLOTS: u32 = 8;
+
+impl Counter {
+    pub const ALL: [Counter; 6] = [
+        Counter::RingFull,
+        Counter::ConnInsertFailed,
+        Counter::OutboundOpened,
+        Counter::InboundOpened,
+        Counter::Closed,
+        Counter::CloseUntracked,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::RingFull => "kernel_ring_full",
+            Counter::ConnInsertFailed => "kernel_conn_insert_failed",
+            Counter::OutboundOpened => "outbound_opened",
+            Counter::InboundOpened => "inbound_opened",
+            Counter::Closed => "closed",
+            Counter::CloseUntracked => "close_untracked",
+        }
+    }
+
+    /// Whether the counter means data was lost.
+    pub const fn is_loss(self) -> bool {
+        matches!(self, Counter::RingFull | Counter::ConnInsertFailed)
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are repr(C), Copy, contain only integers and byte
+    // arrays, and have no implicit padding (checked by the size tests below).
+    unsafe impl aya::Pod for super::Conn {}
+    unsafe impl aya::Pod for super::ErrorSlot {}
+}
+
+// Layout checks: a change here is a wire-format change on both sides.
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
+const _: () = assert!(core::mem::size_of::<Conn>() == 176);
+const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 40);
+const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 176);
+const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<ErrorSlot>() == 16);

@@ -1,0 +1,207 @@
+//! `sock:inet_sock_set_state`: the life of every TCP connection.
+//!
+//! Format (6.x): skaddr, oldstate, newstate, sport, dport, family, protocol,
+//! saddr[4], daddr[4], saddr_v6[16], daddr_v6[16].
+//!
+//! CLOSE -> SYN_SENT runs inside connect(), in the connecting task: that is where
+//! outbound connections get their owner. The passive side's SYN_RECV ->
+//! ESTABLISHED runs in softirq, where the current task is unrelated, so inbound
+//! connections are created ownerless and claimed by the first process that reads
+//! or writes them (see `sock_length`).
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use observer_common::{
+    tcp_state::*, tracepoints::inet_sock_set_state as f, CloseEvent, Conn, Counter, EventKind,
+    OwnerEvent, AF_INET6, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED, IPPROTO_TCP,
+};
+
+use crate::{
+    ctx::{field, now_ns},
+    maps::{count, own_tgid, CONNS, ERROR_SLOT, EVENTS},
+};
+
+/// An error report older than this is not about the CLOSE we are looking at.
+const ERROR_SLOT_MAX_AGE_NS: u64 = 10_000_000;
+
+#[tracepoint]
+pub fn inet_sock_set_state(ctx: TracePointContext) -> u32 {
+    try_inet_sock_set_state(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_inet_sock_set_state(ctx: &TracePointContext) -> Option<()> {
+    if field::<u16>(ctx, f::PROTOCOL) != IPPROTO_TCP {
+        return None;
+    }
+    let sk: u64 = field(ctx, f::SKADDR);
+    let old: i32 = field(ctx, f::OLDSTATE);
+    let new: i32 = field(ctx, f::NEWSTATE);
+    match (old, new) {
+        (CLOSE, SYN_SENT) => on_connect(ctx, sk),
+        (SYN_SENT, ESTABLISHED) => on_established(ctx, sk),
+        (SYN_RECV, ESTABLISHED) => on_accepted(ctx, sk),
+        (_, CLOSE) => on_close(ctx, sk, old),
+        _ => None,
+    }
+}
+
+/// Copies the 4-tuple of the record into `conn`.
+#[inline(always)]
+fn fill_tuple(ctx: &TracePointContext, conn: &mut Conn) {
+    conn.sport = field(ctx, f::SPORT);
+    conn.dport = field(ctx, f::DPORT);
+    conn.family = field(ctx, f::FAMILY);
+    if conn.family == AF_INET6 {
+        conn.saddr = field(ctx, f::SADDR_V6);
+        conn.daddr = field(ctx, f::DADDR_V6);
+    } else {
+        let s: [u8; 4] = field(ctx, f::SADDR);
+        let d: [u8; 4] = field(ctx, f::DADDR);
+        conn.saddr[..4].copy_from_slice(&s);
+        conn.daddr[..4].copy_from_slice(&d);
+    }
+}
+
+fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if tgid == own_tgid() {
+        return None;
+    }
+    let now = now_ns();
+    let mut conn = Conn {
+        sk,
+        start_ns: now,
+        pid: tgid,
+        tid: pid_tgid as u32,
+        comm: bpf_get_current_comm().unwrap_or_default(),
+        direction: DIR_OUTBOUND,
+        flags: FLAG_OWNED,
+        ..Conn::default()
+    };
+    fill_tuple(ctx, &mut conn);
+    if CONNS.insert(&sk, &conn, 0).is_err() {
+        count(Counter::ConnInsertFailed);
+        return None;
+    }
+    count(Counter::OutboundOpened);
+    emit_owner(sk, &conn, now);
+    Some(())
+}
+
+fn on_established(ctx: &TracePointContext, sk: u64) -> Option<()> {
+    let conn = CONNS.get_ptr_mut(&sk)?;
+    // SAFETY: a pointer into a map value, valid for this program run.
+    let conn = unsafe { &mut *conn };
+    conn.established_ns = now_ns();
+    conn.flags |= FLAG_ESTABLISHED;
+    // The source port and address are only final now.
+    fill_tuple(ctx, conn);
+    Some(())
+}
+
+fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
+    let now = now_ns();
+    let mut conn = Conn {
+        sk,
+        start_ns: now,
+        established_ns: now,
+        direction: DIR_INBOUND,
+        flags: FLAG_ESTABLISHED,
+        ..Conn::default()
+    };
+    fill_tuple(ctx, &mut conn);
+    if CONNS.insert(&sk, &conn, 0).is_err() {
+        count(Counter::ConnInsertFailed);
+        return None;
+    }
+    count(Counter::InboundOpened);
+    Some(())
+}
+
+fn on_close(ctx: &TracePointContext, sk: u64, old: i32) -> Option<()> {
+    let Some(conn) = CONNS.get_ptr(&sk) else {
+        // Listeners and never-established children close too; only count the rest.
+        if old != LISTEN && old != SYN_RECV {
+            count(Counter::CloseUntracked);
+        }
+        return None;
+    };
+    let now = now_ns();
+    let sport: u16 = field(ctx, f::SPORT);
+    let dport: u16 = field(ctx, f::DPORT);
+    let error = take_error(sport, dport, now);
+    match EVENTS.reserve::<CloseEvent>(0) {
+        Some(mut entry) => {
+            let ev = entry.as_mut_ptr();
+            // SAFETY: `ev` points at a reserved record of the right size; `conn`
+            // at a live map value.
+            unsafe {
+                (*ev).hdr.kind = EventKind::Close as u32;
+                (*ev).hdr.size = core::mem::size_of::<CloseEvent>() as u32;
+                (*ev).hdr.ts_ns = now;
+                (*ev).conn = *conn;
+                (*ev).conn.end_ns = now;
+                (*ev).conn.close_from_state = old as u32;
+                (*ev).conn.error = error;
+                // A refused connect has its source port only now.
+                (*ev).conn.sport = sport;
+            }
+            entry.submit(0);
+        }
+        None => count(Counter::RingFull),
+    }
+    count(Counter::Closed);
+    let _ = CONNS.remove(&sk);
+    Some(())
+}
+
+/// Takes the error reported on this CPU for these ports, if recent.
+#[inline(always)]
+fn take_error(sport: u16, dport: u16, now: u64) -> u32 {
+    let Some(slot) = ERROR_SLOT.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU value, no concurrent writer on this CPU.
+    let slot = unsafe { &mut *slot };
+    if slot.error == 0
+        || slot.sport != sport
+        || slot.dport != dport
+        || now.wrapping_sub(slot.ts_ns) > ERROR_SLOT_MAX_AGE_NS
+    {
+        return 0;
+    }
+    let error = slot.error;
+    slot.error = 0;
+    error
+}
+
+/// Tells userspace who owns `sk` so it can resolve the executable while the
+/// process still exists.
+#[inline(always)]
+pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
+    match EVENTS.reserve::<OwnerEvent>(0) {
+        Some(mut entry) => {
+            let ev = entry.as_mut_ptr();
+            // SAFETY: `ev` points at a reserved record of the right size.
+            unsafe {
+                (*ev).hdr.kind = EventKind::Owner as u32;
+                (*ev).hdr.size = core::mem::size_of::<OwnerEvent>() as u32;
+                (*ev).hdr.ts_ns = now;
+                (*ev).sk = sk;
+                (*ev).pid = conn.pid;
+                (*ev).tid = conn.tid;
+                (*ev).comm = conn.comm;
+                (*ev).direction = conn.direction;
+                (*ev)._pad = [0; 7];
+            }
+            entry.submit(0);
+        }
+        None => count(Counter::RingFull),
+    }
+}

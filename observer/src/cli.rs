@@ -1,0 +1,154 @@
+//! Command line. Flags named here are a contract (README): add, never rename.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use observer_common::{DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "observer",
+    version,
+    about = "Where every TCP connection on this host spends its time, seen from the kernel",
+    after_help = "Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print one line per finished connection (and snapshots of long-lived ones).
+    Watch(WatchArgs),
+    /// Check the kernel, privileges and every probe; say what is lost without each.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DirectionArg {
+    Inbound,
+    Outbound,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// One JSON object per line instead of aligned columns.
+    #[arg(long)]
+    pub json: bool,
+    /// Only connections of these process ids (repeat or comma-separate).
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+    /// Only connections of processes with this name (process or thread name).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub comm: Vec<String>,
+    /// Only connections with this local or remote port.
+    #[arg(long, value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Vec<u16>,
+    /// Only inbound or only outbound connections.
+    #[arg(long, value_enum)]
+    pub direction: Option<DirectionArg>,
+    /// Stop by itself after this many seconds (fractions allowed).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<Duration>,
+    /// Emit a snapshot ("state": "open") of connections open longer than this,
+    /// every this many seconds; 0 turns snapshots off.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds_or_zero)]
+    pub update_interval: Duration,
+    /// Connections tracked at once in the kernel (LRU beyond that; evictions are counted).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(64..=16_777_216))]
+    pub max_connections: u32,
+    /// Kernel ring buffer size in bytes (a power of two, at least 4096).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_BYTES, value_parser = parse_ring_bytes)]
+    pub ring_bytes: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// Machine-readable report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_seconds_or_zero(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !v.is_finite() || !(0.0..=1e9).contains(&v) {
+        return Err(format!("`{s}` is out of range (0 to 1e9 seconds)"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let d = parse_seconds_or_zero(s)?;
+    if d.is_zero() {
+        return Err("must be more than 0 seconds".into());
+    }
+    Ok(d)
+}
+
+fn parse_ring_bytes(s: &str) -> Result<u32, String> {
+    let v: u32 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count"))?;
+    if v < 4096 || !v.is_power_of_two() {
+        return Err(format!("`{s}` must be a power of two of at least 4096"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("observer").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn watch_flags() {
+        let cli = parse(&[
+            "watch",
+            "--json",
+            "--pid",
+            "1,2",
+            "--port",
+            "80",
+            "--port",
+            "443",
+            "--direction",
+            "inbound",
+            "--duration",
+            "1.5",
+        ])
+        .expect("parses");
+        let Command::Watch(w) = cli.command else {
+            panic!("not watch")
+        };
+        assert!(w.json);
+        assert_eq!(w.pid, vec![1, 2]);
+        assert_eq!(w.port, vec![80, 443]);
+        assert_eq!(w.direction, Some(DirectionArg::Inbound));
+        assert_eq!(w.duration, Some(Duration::from_millis(1500)));
+        assert_eq!(w.update_interval, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        for bad in [
+            &["watch", "--port", "0"][..],
+            &["watch", "--port", "65536"],
+            &["watch", "--port", "http"],
+            &["watch", "--duration", "-1"],
+            &["watch", "--duration", "0"],
+            &["watch", "--direction", "sideways"],
+            &["watch", "--ring-bytes", "5000"],
+            &["watch", "--bogus"],
+            &["frobnicate"],
+        ] {
+            let err = parse(bad).expect_err("rejected");
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The one place that owns connection state in userspace.
+//!
+//! The kernel keeps each live connection's counters in the CONNS map and sends
+//! two events per connection: who owns it, and its final state at close. This
+//! table joins them with process details and turns them into records. It also
+//! produces snapshots of long-lived connections (periodic updates, and at stop)
+//! by reading CONNS directly.
+
+use std::collections::HashMap;
+
+use observer_common::Conn;
+
+use crate::{
+    clock::Clock,
+    decode::Event,
+    process::ProcessCache,
+    record::{comm_str, ConnRecord, Owner, State},
+};
+
+/// Read access to the kernel's live connection map (a trait so the table can
+/// be tested without root).
+pub trait KernelConns {
+    fn lookup(&self, sk: u64) -> Option<Conn>;
+}
+
+struct Live {
+    owner: Owner,
+    /// Monotonic time of the last snapshot record (0: none yet).
+    last_snapshot_ns: u64,
+    /// The connection was missing from CONNS at the previous snapshot pass.
+    missing: bool,
+}
+
+pub struct ConnTable {
+    live: HashMap<u64, Live>,
+    procs: ProcessCache,
+    clock: Clock,
+    /// Connections that vanished from CONNS without a close event (LRU eviction
+    /// under pressure, or a lost close event).
+    pub evicted: u64,
+}
+
+impl ConnTable {
+    pub fn new(procs: ProcessCache, clock: Clock) -> Self {
+        Self {
+            live: HashMap::new(),
+            procs,
+            clock,
+            evicted: 0,
+        }
+    }
+
+    /// Re-samples the wall clock offset (NTP may step or slew it).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    pub fn live_len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// /proc entries that could not be read so far.
+    pub fn proc_unreadable(&self) -> u64 {
+        self.procs.unreadable
+    }
+
+    /// Applies one kernel event; a close yields the connection's final record.
+    pub fn handle(&mut self, event: Event) -> Option<ConnRecord> {
+        match event {
+            Event::Owner {
+                sk, pid, tid, comm, ..
+            } => {
+                let thread_comm = comm_str(&comm);
+                let info = self.procs.get(pid);
+                let owner = Owner {
+                    pid,
+                    tid,
+                    comm: info.comm.clone().unwrap_or_else(|| thread_comm.clone()),
+                    thread_comm,
+                    exe: info.exe.clone(),
+                };
+                self.live.insert(
+                    sk,
+                    Live {
+                        owner,
+                        last_snapshot_ns: 0,
+                        missing: false,
+                    },
+                );
+                None
+            }
+            Event::Close(conn) => {
+                let live = self.live.remove(&conn.sk);
+                Some(ConnRecord::new(
+                    &conn,
+                    live.as_ref().map(|l| &l.owner),
+                    &self.clock,
+                    State::Closed,
+                ))
+            }
+            Event::Exec { pid } | Event::Exit { pid } => {
+                self.procs.forget(pid);
+                None
+            }
+        }
+    }
+
+    /// Snapshot records ("state": "open") of connections open for at least
+    /// `interval_ns` and not reported in the last `interval_ns`. A connection
+    /// missing from CONNS on two passes in a row is counted as evicted.
+    pub fn periodic(
+        &mut self,
+        kernel: &impl KernelConns,
+        now_ns: u64,
+        interval_ns: u64,
+    ) -> Vec<ConnRecord> {
+        let mut out = Vec::new();
+        let mut gone = Vec::new();
+        for (&sk, live) in &mut self.live {
+            if now_ns.saturating_sub(live.last_snapshot_ns) < interval_ns {
+                continue;
+            }
+            match kernel.lookup(sk) {
+                Some(conn) => {
+                    live.missing = false;
+                    if now_ns.saturating_sub(conn.start_ns) >= interval_ns {
+                        live.last_snapshot_ns = now_ns;
+                        out.push(ConnRecord::new(
+                            &conn,
+                            Some(&live.owner),
+                            &self.clock,
+                            State::Open,
+                        ));
+                    }
+                }
+                // Its close event may still be in flight: only the second miss counts.
+                None if live.missing => gone.push(sk),
+                None => live.missing = true,
+            }
+        }
+        self.evicted += gone.len() as u64;
+        for sk in gone {
+            self.live.remove(&sk);
+        }
+        out
+    }
+
+    /// Records of every connection still open, for when watching stops. Call it
+    /// after the ring buffer was drained: a connection missing from CONNS then
+    /// lost its close event and is counted as evicted.
+    pub fn drain_open(&mut self, kernel: &impl KernelConns) -> Vec<ConnRecord> {
+        let mut out = Vec::new();
+        for (sk, live) in self.live.drain() {
+            match kernel.lookup(sk) {
+                Some(conn) => out.push(ConnRecord::new(
+                    &conn,
+                    Some(&live.owner),
+                    &self.clock,
+                    State::Open,
+                )),
+                None => self.evicted += 1,
+            }
+        }
+        out.sort_by_key(|r| r.start_unix_ns);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use observer_common::{AF_INET, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED};
+
+    use super::*;
+
+    #[derive(Default)]
+    struct FakeKernel(RefCell<HashMap<u64, Conn>>);
+
+    impl KernelConns for FakeKernel {
+        fn lookup(&self, sk: u64) -> Option<Conn> {
+            self.0.borrow().get(&sk).copied()
+        }
+    }
+
+    fn table() -> ConnTable {
+        ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0))
+    }
+
+    fn owner_event(sk: u64, pid: u32) -> Event {
+        Event::Owner {
+            ts_ns: 1,
+            sk,
+            pid,
+            tid: pid + 1,
+            comm: *b"worker-thread\0\0\0",
+            direction: DIR_OUTBOUND,
+        }
+    }
+
+    fn conn(sk: u64, pid: u32) -> Conn {
+        Conn {
+            sk,
+            start_ns: 100,
+            established_ns: 200,
+            end_ns: 1_000,
+            pid,
+            tid: pid + 1,
+            family: AF_INET,
+            direction: DIR_OUTBOUND,
+            flags: FLAG_OWNED | FLAG_ESTABLISHED,
+            ..Conn::default()
+        }
+    }
+
+    #[test]
+    fn owner_then_close_gives_one_record_with_process_details() {
+        let me = std::process::id();
+        let mut t = table();
+        assert_eq!(t.handle(owner_event(1, me)), None);
+        assert_eq!(t.live_len(), 1);
+        let r = t.handle(Event::Close(conn(1, me))).expect("a record");
+        assert_eq!(r.pid, Some(me));
+        assert_eq!(r.tid, Some(me + 1));
+        assert_eq!(r.thread_comm.as_deref(), Some("worker-thread"));
+        let exe = std::env::current_exe().expect("exe");
+        assert_eq!(r.exe.as_deref(), exe.to_str());
+        assert_eq!(r.state, State::Closed);
+        assert_eq!(t.live_len(), 0);
+    }
+
+    #[test]
+    fn inbound_closed_without_io_has_no_process() {
+        let mut t = table();
+        let c = Conn {
+            direction: DIR_INBOUND,
+            flags: FLAG_ESTABLISHED,
+            pid: 0,
+            ..conn(5, 0)
+        };
+        let r = t.handle(Event::Close(c)).expect("a record");
+        assert_eq!(r.pid, None);
+        assert_eq!(r.comm, None);
+    }
+
+    #[test]
+    fn periodic_snapshots_and_eviction() {
+        let mut t = table();
+        let k = FakeKernel::default();
+        t.handle(owner_event(1, 10));
+        t.handle(owner_event(2, 11));
+        k.0.borrow_mut().insert(1, conn(1, 10));
+        k.0.borrow_mut().insert(2, conn(2, 11));
+        // Too young for a snapshot.
+        assert!(t.periodic(&k, 150, 100).is_empty());
+        let snap = t.periodic(&k, 10_000, 100);
+        assert_eq!(snap.len(), 2);
+        assert!(snap.iter().all(|r| r.state == State::Open && r.end_unix_ns.is_none()));
+        // sk 2 leaves CONNS without a close event.
+        k.0.borrow_mut().remove(&2);
+        assert!(t.periodic(&k, 10_050, 100).is_empty(), "reported recently");
+        assert_eq!(t.periodic(&k, 20_000, 100).len(), 1);
+        assert_eq!(t.evicted, 0, "one miss may be a close in flight");
+        assert_eq!(t.periodic(&k, 30_000, 100).len(), 1);
+        assert_eq!(t.evicted, 1);
+        assert_eq!(t.live_len(), 1);
+        let open = t.drain_open(&k);
+        assert_eq!(open.len(), 1);
+        assert_eq!(t.live_len(), 0);
+    }
+
+    #[test]
+    fn exec_forgets_cached_process() {
+        let mut t = table();
+        let me = std::process::id();
+        t.handle(owner_event(1, me));
+        assert_eq!(t.procs.len(), 1);
+        t.handle(Event::Exec { pid: me });
+        assert!(t.procs.is_empty());
+    }
+}

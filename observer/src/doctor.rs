@@ -1,0 +1,171 @@
+//! `observer doctor`: what this machine offers, and for each probe whether it
+//! is available and attaches, and what is lost without it. It really loads and
+//! attaches every program (then detaches), so "attached" means it works.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::{
+    ebpf::{self, LoadOptions, ProbeReport, ProbeStatus, PROBES},
+    privileges::{Privileges, NEEDS},
+    tracefs,
+};
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub kernel: String,
+    pub btf: bool,
+    pub euid: u32,
+    pub cap_bpf: bool,
+    pub cap_perfmon: bool,
+    pub cap_sys_admin: bool,
+    pub privileged: bool,
+    pub tracefs: Option<String>,
+    /// Why the eBPF object could not be loaded, if it could not.
+    pub load_error: Option<String>,
+    pub probes: Vec<ProbeReport>,
+    /// True when the observer can run (every required probe attached).
+    pub ok: bool,
+}
+
+fn kernel_release() -> String {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let arch = std::env::consts::ARCH;
+    format!("{} ({arch})", rel.trim())
+}
+
+/// Probe rows for when nothing could be tried, each saying why.
+fn untried(reason: &str) -> Vec<ProbeReport> {
+    PROBES
+        .iter()
+        .map(|s| ProbeReport {
+            program: s.program,
+            tracepoint: format!("{}:{}", s.layout.category, s.layout.name),
+            required: s.required,
+            feature: s.feature,
+            status: ProbeStatus::Failed(reason.to_owned()),
+        })
+        .collect()
+}
+
+pub fn run() -> Report {
+    let p = Privileges::current();
+    let mut report = Report {
+        kernel: kernel_release(),
+        btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
+        euid: p.euid,
+        cap_bpf: p.cap_bpf,
+        cap_perfmon: p.cap_perfmon,
+        cap_sys_admin: p.cap_sys_admin,
+        privileged: p.sufficient(),
+        tracefs: None,
+        load_error: None,
+        probes: Vec::new(),
+        ok: false,
+    };
+    if !p.sufficient() {
+        report.tracefs = tracefs::find().map(|p| p.display().to_string());
+        report.load_error = Some(NEEDS.to_owned());
+        report.probes = untried(&format!("not tried: {NEEDS}"));
+        return report;
+    }
+    let tfs = match tracefs::find_or_mount() {
+        Ok(t) => t,
+        Err(e) => {
+            report.load_error = Some(e.to_string());
+            report.probes = untried("not tried: no tracefs");
+            return report;
+        }
+    };
+    report.tracefs = Some(tfs.display().to_string());
+    let mut bpf = match ebpf::load(&LoadOptions::default()) {
+        Ok(b) => b,
+        Err(e) => {
+            report.load_error = Some(format!("{e:#}"));
+            report.probes = untried("not tried: the eBPF object did not load");
+            return report;
+        }
+    };
+    // Attach each row on its own so a required failure still lists the rest.
+    report.probes = PROBES
+        .iter()
+        .map(|spec| ebpf::attach_spec(&mut bpf, &tfs, spec))
+        .collect();
+    report.ok = report.probes.iter().all(|r| !r.required || r.attached());
+    report
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+pub fn print(r: &Report) {
+    println!("observer doctor");
+    println!("  kernel       {}", r.kernel);
+    println!(
+        "  BTF          {}",
+        if r.btf {
+            "yes (/sys/kernel/btf/vmlinux)"
+        } else {
+            "no (not needed by the tracepoint probes)"
+        }
+    );
+    println!(
+        "  privileges   euid {} (CAP_BPF {}, CAP_PERFMON {}, CAP_SYS_ADMIN {}){}",
+        r.euid,
+        yes(r.cap_bpf),
+        yes(r.cap_perfmon),
+        yes(r.cap_sys_admin),
+        if r.privileged {
+            ""
+        } else {
+            ": observer needs root, or CAP_BPF and CAP_PERFMON"
+        }
+    );
+    println!(
+        "  tracefs      {}",
+        r.tracefs.as_deref().unwrap_or("not mounted")
+    );
+    if let Some(e) = &r.load_error {
+        println!("  eBPF object  NOT LOADED: {e}");
+    } else {
+        println!("  eBPF object  loaded (ring buffer, connection map, counters)");
+    }
+    println!("probes:");
+    println!(
+        "  {:<22} {:<28} {:<9} {:<11} WHAT IT GIVES (LOST WITHOUT IT)",
+        "PROGRAM", "TRACEPOINT", "REQUIRED", "STATUS"
+    );
+    for p in &r.probes {
+        let (status, reason) = match &p.status {
+            ProbeStatus::Attached => ("attached", None),
+            ProbeStatus::Unavailable(r) => ("missing", Some(r)),
+            ProbeStatus::Failed(r) => ("failed", Some(r)),
+        };
+        println!(
+            "  {:<22} {:<28} {:<9} {:<11} {}",
+            p.program,
+            p.tracepoint,
+            yes(p.required),
+            status,
+            p.feature
+        );
+        if let Some(reason) = reason {
+            println!("  {:<22} -> {reason}", "");
+        }
+    }
+    let attached = r.probes.iter().filter(|p| p.attached()).count();
+    if r.ok {
+        println!("verdict: ok, {attached}/{} probes attach", r.probes.len());
+    } else {
+        println!(
+            "verdict: NOT WORKING, {attached}/{} probes attach",
+            r.probes.len()
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! Prepare (parse the object, set load-time constants and map sizes, create
+//! maps) apart from attach (side effects), both public so tests reuse them.
+
+use std::path::Path;
+
+use aya::{
+    maps::{HashMap, MapData, PerCpuArray},
+    programs::TracePoint,
+    Ebpf, EbpfLoader,
+};
+use observer_common::{
+    Conn, Counter, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES,
+    EVENTS_MAP, OWN_TGID_GLOBAL,
+};
+
+use super::probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};
+use crate::{conntrack::KernelConns, tracefs};
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    /// CONNS max_entries: connections tracked at once.
+    pub max_connections: u32,
+    /// Ring buffer bytes (power of two, multiple of the page size).
+    pub ring_bytes: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            ring_bytes: DEFAULT_RING_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Not root and without CAP_BPF + CAP_PERFMON.
+    #[error("{}", crate::privileges::NEEDS)]
+    NotPrivileged,
+    /// tracefs could not be found or mounted.
+    #[error(transparent)]
+    Tracefs(#[from] tracefs::TracefsError),
+    /// The object could not be loaded (maps could not be created).
+    #[error("loading the eBPF object failed: {0}")]
+    Object(#[from] aya::EbpfError),
+    /// A probe that everything depends on could not be attached.
+    #[error("required probe {program} ({feature}) could not be attached: {reason}")]
+    Required {
+        program: &'static str,
+        feature: &'static str,
+        reason: String,
+    },
+}
+
+/// Parses the object and creates its maps. Our own tgid goes in as a load-time
+/// constant so the programs never observe the observer.
+pub fn load(opts: &LoadOptions) -> Result<Ebpf, LoadError> {
+    if !crate::privileges::Privileges::current().sufficient() {
+        return Err(LoadError::NotPrivileged);
+    }
+    let own = std::process::id();
+    let ebpf = EbpfLoader::new()
+        .override_global(OWN_TGID_GLOBAL, &own, true)
+        .map_max_entries(CONNS_MAP, opts.max_connections)
+        .map_max_entries(EVENTS_MAP, opts.ring_bytes)
+        .load(OBJECT)?;
+    Ok(ebpf)
+}
+
+/// Loads and attaches every program of the attach table, recording why each
+/// skipped one was skipped. Fails only when a required probe is missing.
+pub fn attach(ebpf: &mut Ebpf, tracefs: &Path) -> Result<Vec<ProbeReport>, LoadError> {
+    let mut reports = Vec::with_capacity(PROBES.len());
+    for spec in PROBES {
+        let report = attach_spec(ebpf, tracefs, spec);
+        if let ProbeStatus::Unavailable(reason) | ProbeStatus::Failed(reason) = &report.status {
+            if spec.required {
+                return Err(LoadError::Required {
+                    program: spec.program,
+                    feature: spec.feature,
+                    reason: reason.clone(),
+                });
+            }
+            tracing::warn!(
+                program = spec.program,
+                "probe skipped, lost: {}: {reason}",
+                spec.feature
+            );
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// Checks one row's tracepoint layout, then loads and attaches its program.
+pub fn attach_spec(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProbeSpec) -> ProbeReport {
+    let status = match tracefs::check_layout(tracefs, &spec.layout) {
+        Err(e) => ProbeStatus::Unavailable(e.to_string()),
+        Ok(()) => match attach_one(ebpf, spec.program, spec.layout.category, spec.layout.name) {
+            Ok(()) => ProbeStatus::Attached,
+            Err(e) => ProbeStatus::Failed(e),
+        },
+    };
+    ProbeReport {
+        program: spec.program,
+        tracepoint: format!("{}:{}", spec.layout.category, spec.layout.name),
+        required: spec.required,
+        feature: spec.feature,
+        status,
+    }
+}
+
+fn attach_one(ebpf: &mut Ebpf, program: &str, category: &str, name: &str) -> Result<(), String> {
+    let prog: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| format!("program {program} is not in the eBPF object"))?
+        .try_into()
+        .map_err(|e| format!("{e:#}"))?;
+    prog.load().map_err(|e| format!("load: {e:#}"))?;
+    prog.attach(category, name)
+        .map_err(|e| format!("attach: {e:#}"))?;
+    Ok(())
+}
+
+/// Sums the per-CPU kernel counters.
+pub fn read_counters(ebpf: &Ebpf) -> Vec<(Counter, u64)> {
+    let Some(map) = ebpf.map(COUNTERS_MAP) else {
+        return Vec::new();
+    };
+    let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else {
+        return Vec::new();
+    };
+    Counter::ALL
+        .iter()
+        .map(|&c| {
+            let total = arr.get(&(c as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+            (c, total)
+        })
+        .collect()
+}
+
+/// The kernel's CONNS map, read by the correlator for snapshots.
+pub struct KernelConnMap(pub HashMap<MapData, u64, Conn>);
+
+impl KernelConnMap {
+    pub fn take(ebpf: &mut Ebpf) -> Option<Self> {
+        let map = ebpf.take_map(CONNS_MAP)?;
+        HashMap::try_from(map).ok().map(Self)
+    }
+}
+
+impl KernelConns for KernelConnMap {
+    fn lookup(&self, sk: u64) -> Option<Conn> {
+        self.0.get(&sk, 0).ok()
+    }
+}

@@ -1,0 +1,7 @@
+//! Loading the eBPF object and attaching its programs.
+
+mod loader;
+mod probes;
+
+pub use loader::{attach, attach_spec, load, read_counters, KernelConnMap, LoadError, LoadOptions};
+pub use probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};

@@ -1,0 +1,18 @@
+//! observer: where every TCP connection on this host spends its time, from the
+//! kernel, for every process. The binary (`main.rs`) is a thin shell over this
+//! library so that tests and benchmarks can drive each stage without root.
+
+pub mod cli;
+pub mod clock;
+pub mod conntrack;
+pub mod decode;
+pub mod doctor;
+pub mod ebpf;
+pub mod filter;
+pub mod output;
+pub mod privileges;
+pub mod process;
+pub mod record;
+pub mod stats;
+pub mod tracefs;
+pub mod watch;

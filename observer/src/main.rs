@@ -1,0 +1,68 @@
+//! `observer`: parse, init, run, map errors to exit codes (0 ok, 1 failure,
+//! 2 usage).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use observer::{
+    cli::{Cli, Command},
+    doctor, watch,
+};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Watch(args) => {
+            let json = args.json;
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("observer")
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&anyhow::Error::from(e).context("starting the runtime")),
+            };
+            match rt.block_on(watch::run(args)) {
+                Ok(summary) => {
+                    eprintln!("{}", watch::summary_line(&summary, json));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Doctor(args) => {
+            let report = doctor::run();
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => return fail(&e.into()),
+                }
+            } else {
+                doctor::print(&report);
+            }
+            if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn fail(e: &anyhow::Error) -> ExitCode {
+    eprintln!("observer: {e:#}");
+    ExitCode::FAILURE
+}
+
+/// `tracing` to stderr, filtered by RUST_LOG (default: warnings), with `log`
+/// records (aya's) bridged in.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

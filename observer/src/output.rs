@@ -1,0 +1,108 @@
+//! Writing records for people (aligned columns) or machines (JSON lines). Reads
+//! finished records only.
+
+use std::io::{self, Write};
+
+use crate::record::{ConnRecord, Direction, State};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+pub const HEADER: &str = "TIME(UTC)     PID      COMM             DIR  REMOTE                                  LOCAL                                   CONNECT     TTFB  DURATION      SENT      RECV  RTX  SRTT     ERROR";
+
+/// "1.23ms"-style durations; "-" for phases that did not happen.
+pub fn fmt_ns(ns: Option<u64>) -> String {
+    match ns {
+        None => "-".into(),
+        Some(ns) if ns < 1_000_000 => format!("{:.3}ms", ns as f64 / 1e6),
+        Some(ns) if ns < 1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
+        Some(ns) => format!("{:.2}s", ns as f64 / 1e9),
+    }
+}
+
+pub fn fmt_bytes(b: u64) -> String {
+    match b {
+        b if b < 1024 => format!("{b}B"),
+        b if b < 1024 * 1024 => format!("{:.1}KiB", b as f64 / 1024.0),
+        b if b < 1024 * 1024 * 1024 => format!("{:.1}MiB", b as f64 / 1048576.0),
+        b => format!("{:.2}GiB", b as f64 / 1073741824.0),
+    }
+}
+
+/// HH:MM:SS.mmm (UTC) of a Unix time in nanoseconds.
+pub fn fmt_time(unix_ns: u64) -> String {
+    let ms = unix_ns / 1_000_000;
+    let secs = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        (secs / 3600) % 24,
+        (secs / 60) % 60,
+        secs % 60,
+        ms % 1000
+    )
+}
+
+fn endpoint(addr: &str, port: u16) -> String {
+    if addr.contains(':') {
+        format!("[{addr}]:{port}")
+    } else {
+        format!("{addr}:{port}")
+    }
+}
+
+pub fn text_line(r: &ConnRecord) -> String {
+    let time = fmt_time(r.end_unix_ns.unwrap_or(r.start_unix_ns));
+    let pid = r.pid.map_or("-".into(), |p| p.to_string());
+    let comm = r.comm.as_deref().unwrap_or("-");
+    let dir = match r.direction {
+        Direction::Outbound => "out",
+        Direction::Inbound => "in",
+    };
+    let status = match (r.state, r.error) {
+        (_, Some(e)) => e,
+        (State::Open, None) => "(open)",
+        (State::Closed, None) => "-",
+    };
+    format!(
+        "{time:<13} {pid:<8} {comm:<16} {dir:<4} {:<39} {:<39} {:>8} {:>8} {:>9} {:>9} {:>9} {:>4} {:>8} {status}",
+        endpoint(&r.remote_addr, r.remote_port),
+        endpoint(&r.local_addr, r.local_port),
+        fmt_ns(r.connect_ns),
+        fmt_ns(r.ttfb_ns),
+        fmt_ns(r.duration_ns),
+        fmt_bytes(r.bytes_sent),
+        fmt_bytes(r.bytes_received),
+        r.retransmits,
+        fmt_ns(r.srtt_us.map(|us| u64::from(us) * 1000)),
+    )
+}
+
+pub fn write_record(w: &mut impl Write, r: &ConnRecord, format: Format) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer(&mut *w, r)?;
+            w.write_all(b"\n")
+        }
+        Format::Text => writeln!(w, "{}", text_line(r)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_ns(None), "-");
+        assert_eq!(fmt_ns(Some(123_456)), "0.123ms");
+        assert_eq!(fmt_ns(Some(200_400_000)), "200.4ms");
+        assert_eq!(fmt_ns(Some(2_500_000_000)), "2.50s");
+        assert_eq!(fmt_bytes(512), "512B");
+        assert_eq!(fmt_bytes(2048), "2.0KiB");
+        assert_eq!(fmt_time(3_723_004_000_000), "01:02:03.004");
+        assert_eq!(endpoint("::1", 80), "[::1]:80");
+    }
+}

@@ -1,0 +1,103 @@
+//! Process details (name, executable) for the pids that own connections.
+//!
+//! Read from /proc once per process and cached; the cache entry is dropped when
+//! the kernel reports that the pid exec'd or exited, so it is never stale.
+
+use std::{collections::HashMap, path::PathBuf};
+
+/// What we know of a process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// `/proc/PID/comm`: the process (main thread) name.
+    pub comm: Option<String>,
+    /// `/proc/PID/exe` resolved.
+    pub exe: Option<String>,
+}
+
+/// Caps memory if exec/exit events are lost: past this size the cache starts over.
+const MAX_ENTRIES: usize = 16_384;
+
+pub struct ProcessCache {
+    root: PathBuf,
+    entries: HashMap<u32, ProcInfo>,
+    /// /proc entries that could not be read (process gone, or hidden from us).
+    pub unreadable: u64,
+}
+
+impl ProcessCache {
+    /// A cache over `/proc`, or another directory laid out like it (tests).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            entries: HashMap::new(),
+            unreadable: 0,
+        }
+    }
+
+    pub fn get(&mut self, pid: u32) -> &ProcInfo {
+        if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(&pid) {
+            self.entries.clear();
+        }
+        let root = &self.root;
+        let unreadable = &mut self.unreadable;
+        self.entries.entry(pid).or_insert_with(|| {
+            let dir = root.join(pid.to_string());
+            let comm = std::fs::read_to_string(dir.join("comm"))
+                .ok()
+                .map(|s| s.trim_end_matches('\n').to_owned());
+            let exe = std::fs::read_link(dir.join("exe"))
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned());
+            if comm.is_none() || exe.is_none() {
+                *unreadable += 1;
+            }
+            ProcInfo { comm, exe }
+        })
+    }
+
+    /// Forgets `pid` (it exec'd or exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.entries.remove(&pid);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_process() {
+        let mut cache = ProcessCache::new("/proc");
+        let me = std::process::id();
+        let info = cache.get(me).clone();
+        let exe = std::env::current_exe().expect("current exe");
+        assert_eq!(info.exe.as_deref(), exe.to_str());
+        assert!(info.comm.is_some());
+        assert_eq!(cache.unreadable, 0);
+    }
+
+    #[test]
+    fn missing_process_is_counted_not_fatal() {
+        let dir = std::env::temp_dir().join(format!("observer-proc-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("5")).expect("mkdir");
+        std::fs::write(dir.join("5/comm"), "fake\n").expect("write");
+        let mut cache = ProcessCache::new(&dir);
+        assert_eq!(cache.get(5).comm.as_deref(), Some("fake"));
+        assert_eq!(cache.get(5).exe, None);
+        assert_eq!(cache.get(6), &ProcInfo::default());
+        assert_eq!(cache.unreadable, 2, "each pid counted once");
+        std::fs::write(dir.join("5/comm"), "renamed\n").expect("write");
+        assert_eq!(cache.get(5).comm.as_deref(), Some("fake"), "cached");
+        cache.forget(5);
+        assert_eq!(cache.get(5).comm.as_deref(), Some("renamed"));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

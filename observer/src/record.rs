@@ -1,0 +1,331 @@
+//! The connection record: what `observer watch --json` prints, one per line.
+//!
+//! Field names are a contract (README, "JSON record"): later work adds fields,
+//! never renames these.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use observer_common::{Conn, AF_INET6, DIR_INBOUND, FLAG_ESTABLISHED, FLAG_OWNED, FLAG_RESET_RX};
+use serde::Serialize;
+
+use crate::clock::Clock;
+
+/// Whether a record is final or a snapshot of a connection that is still open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Closed,
+    Open,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Outbound,
+    Inbound,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+/// The process a connection belongs to, as userspace resolved it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: u32,
+    pub tid: u32,
+    /// Process name (`/proc/PID/comm`), or the kernel's thread name when the
+    /// process was already gone.
+    pub comm: String,
+    /// The kernel's name of the thread that connected or first did I/O.
+    pub thread_comm: String,
+    pub exe: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnRecord {
+    /// Always "connection" (DNS records will carry "dns").
+    pub kind: &'static str,
+    pub state: State,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    pub comm: Option<String>,
+    pub thread_comm: Option<String>,
+    pub exe: Option<String>,
+    pub direction: Direction,
+    pub family: Family,
+    pub local_addr: String,
+    pub local_port: u16,
+    pub remote_addr: String,
+    pub remote_port: u16,
+    pub start_unix_ns: u64,
+    pub end_unix_ns: Option<u64>,
+    pub duration_ns: Option<u64>,
+    pub connect_ns: Option<u64>,
+    pub ttfb_ns: Option<u64>,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub send_calls: u32,
+    pub recv_calls: u32,
+    pub retransmits: u32,
+    pub resets: u32,
+    pub resets_sent: u32,
+    pub resets_received: u32,
+    pub srtt_us: Option<u32>,
+    pub error: Option<&'static str>,
+}
+
+/// The kernel's thread name: bytes up to the first NUL.
+pub fn comm_str(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Formats a tracepoint address; v4-mapped IPv6 addresses are reported as the
+/// IPv4 address they carry, since that is what went on the wire.
+fn addr(family: u16, bytes: &[u8; 16]) -> (Family, IpAddr) {
+    if family == AF_INET6 {
+        let v6 = Ipv6Addr::from(*bytes);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => (Family::Ipv4, IpAddr::V4(v4)),
+            None => (Family::Ipv6, IpAddr::V6(v6)),
+        }
+    } else {
+        let v4 = Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]);
+        (Family::Ipv4, IpAddr::V4(v4))
+    }
+}
+
+/// Names an errno reported on the socket.
+fn errno_word(errno: u32) -> &'static str {
+    match errno as i32 {
+        libc::ECONNREFUSED => "refused",
+        libc::ETIMEDOUT => "timeout",
+        libc::EHOSTUNREACH | libc::ENETUNREACH => "unreachable",
+        libc::ECONNRESET | libc::EPIPE => "reset",
+        libc::ECONNABORTED => "aborted",
+        _ => "error",
+    }
+}
+
+/// How a connection ended, from what the kernel saw.
+pub fn error_of(conn: &Conn, state: State) -> Option<&'static str> {
+    let established = conn.flags & FLAG_ESTABLISHED != 0;
+    if conn.error != 0 {
+        return Some(errno_word(conn.error));
+    }
+    if conn.flags & FLAG_RESET_RX != 0 {
+        return Some(if established { "reset" } else { "refused" });
+    }
+    if state == State::Closed && !established {
+        // Closed by its owner before the handshake completed (a client timeout).
+        return Some("aborted");
+    }
+    None
+}
+
+/// `b - a` when both happened and in that order.
+fn span(a: u64, b: u64) -> Option<u64> {
+    (a != 0 && b != 0 && b >= a).then(|| b - a)
+}
+
+impl ConnRecord {
+    /// Builds the record of `conn`. `owner` is what userspace resolved when the
+    /// connection got its process; without it the kernel's view is used.
+    pub fn new(conn: &Conn, owner: Option<&Owner>, clock: &Clock, state: State) -> Self {
+        let direction = if conn.direction == DIR_INBOUND {
+            Direction::Inbound
+        } else {
+            Direction::Outbound
+        };
+        let (family, remote) = addr(conn.family, &conn.daddr);
+        let (_, local) = addr(conn.family, &conn.saddr);
+        let owned = conn.flags & FLAG_OWNED != 0;
+        let (pid, tid, comm, thread_comm, exe) = match owner {
+            Some(o) => (
+                Some(o.pid),
+                Some(o.tid),
+                Some(o.comm.clone()),
+                Some(o.thread_comm.clone()),
+                o.exe.clone(),
+            ),
+            None if owned => {
+                let c = comm_str(&conn.comm);
+                (
+                    Some(conn.pid),
+                    Some(conn.tid),
+                    Some(c.clone()),
+                    Some(c),
+                    None,
+                )
+            }
+            None => (None, None, None, None, None),
+        };
+        let ttfb_ns = match direction {
+            Direction::Outbound => span(conn.first_tx_ns, conn.first_rx_ns),
+            Direction::Inbound => span(conn.first_rx_ns, conn.first_tx_ns),
+        };
+        let connect_ns = match direction {
+            Direction::Outbound => span(conn.start_ns, conn.established_ns),
+            Direction::Inbound => None,
+        };
+        let end_ns = (state == State::Closed && conn.end_ns != 0).then_some(conn.end_ns);
+        Self {
+            kind: "connection",
+            state,
+            pid,
+            tid,
+            comm,
+            thread_comm,
+            exe,
+            direction,
+            family,
+            local_addr: local.to_string(),
+            local_port: conn.sport,
+            remote_addr: remote.to_string(),
+            remote_port: conn.dport,
+            start_unix_ns: clock.to_unix_ns(conn.start_ns),
+            end_unix_ns: end_ns.map(|e| clock.to_unix_ns(e)),
+            duration_ns: end_ns.and_then(|e| span(conn.start_ns, e)),
+            connect_ns,
+            ttfb_ns,
+            bytes_sent: conn.bytes_tx,
+            bytes_received: conn.bytes_rx,
+            send_calls: conn.tx_calls,
+            recv_calls: conn.rx_calls,
+            retransmits: conn.retransmits,
+            resets: u32::from(conn.resets_rx) + u32::from(conn.resets_tx),
+            resets_sent: u32::from(conn.resets_tx),
+            resets_received: u32::from(conn.resets_rx),
+            srtt_us: (conn.srtt_us != 0).then_some(conn.srtt_us),
+            error: error_of(conn, state),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::{AF_INET, DIR_OUTBOUND};
+
+    use super::*;
+
+    fn outbound() -> Conn {
+        let mut c = Conn {
+            sk: 1,
+            start_ns: 1_000,
+            established_ns: 1_500,
+            first_tx_ns: 2_000,
+            first_rx_ns: 5_000,
+            end_ns: 9_000,
+            bytes_tx: 10,
+            bytes_rx: 20,
+            pid: 7,
+            tid: 8,
+            comm: *b"curl\0\0\0\0\0\0\0\0\0\0\0\0",
+            sport: 40000,
+            dport: 80,
+            family: AF_INET,
+            direction: DIR_OUTBOUND,
+            flags: FLAG_OWNED | FLAG_ESTABLISHED,
+            ..Conn::default()
+        };
+        c.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        c.daddr[..4].copy_from_slice(&[10, 1, 2, 3]);
+        c
+    }
+
+    #[test]
+    fn outbound_phases() {
+        let r = ConnRecord::new(&outbound(), None, &Clock::with_offset(100), State::Closed);
+        assert_eq!(r.connect_ns, Some(500));
+        assert_eq!(r.ttfb_ns, Some(3_000));
+        assert_eq!(r.start_unix_ns, 1_100);
+        assert_eq!(r.end_unix_ns, Some(9_100));
+        assert_eq!(r.duration_ns, Some(8_000));
+        assert_eq!(r.remote_addr, "10.1.2.3");
+        assert_eq!(r.local_addr, "127.0.0.1");
+        assert_eq!(r.pid, Some(7));
+        assert_eq!(r.comm.as_deref(), Some("curl"));
+        assert_eq!(r.error, None);
+        assert_eq!(r.family, Family::Ipv4);
+    }
+
+    #[test]
+    fn inbound_ttfb_runs_from_request_to_response() {
+        let c = Conn {
+            direction: DIR_INBOUND,
+            first_rx_ns: 2_000,
+            first_tx_ns: 7_000,
+            ..outbound()
+        };
+        let r = ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed);
+        assert_eq!(r.ttfb_ns, Some(5_000));
+        assert_eq!(r.connect_ns, None);
+        assert_eq!(r.direction, Direction::Inbound);
+    }
+
+    #[test]
+    fn missing_phases_are_null() {
+        let c = Conn {
+            first_rx_ns: 0,
+            established_ns: 0,
+            flags: FLAG_OWNED,
+            ..outbound()
+        };
+        let r = ConnRecord::new(&c, None, &Clock::with_offset(0), State::Open);
+        assert_eq!(r.ttfb_ns, None);
+        assert_eq!(r.connect_ns, None);
+        assert_eq!(r.end_unix_ns, None);
+        assert_eq!(r.error, None, "an open connection has not failed");
+        let json = serde_json::to_value(&r).expect("serializes");
+        assert!(json["ttfb_ns"].is_null());
+        assert_eq!(json["state"], "open");
+    }
+
+    #[test]
+    fn errors() {
+        let refused = Conn {
+            flags: FLAG_OWNED | FLAG_RESET_RX,
+            ..outbound()
+        };
+        assert_eq!(error_of(&refused, State::Closed), Some("refused"));
+        let reset = Conn {
+            flags: FLAG_OWNED | FLAG_ESTABLISHED | FLAG_RESET_RX,
+            ..outbound()
+        };
+        assert_eq!(error_of(&reset, State::Closed), Some("reset"));
+        let timeout = Conn {
+            flags: FLAG_OWNED,
+            error: libc::ETIMEDOUT as u32,
+            ..outbound()
+        };
+        assert_eq!(error_of(&timeout, State::Closed), Some("timeout"));
+        let unreachable = Conn {
+            error: libc::EHOSTUNREACH as u32,
+            ..timeout
+        };
+        assert_eq!(error_of(&unreachable, State::Closed), Some("unreachable"));
+        let aborted = Conn {
+            flags: FLAG_OWNED,
+            ..outbound()
+        };
+        assert_eq!(error_of(&aborted, State::Closed), Some("aborted"));
+    }
+
+    #[test]
+    fn v4_mapped_addresses_are_ipv4() {
+        let mut c = Conn {
+            family: AF_INET6,
+            ..outbound()
+        };
+        c.daddr = Ipv6Addr::from(Ipv4Addr::new(127, 0, 0, 1).to_ipv6_mapped().octets()).octets();
+        c.saddr = Ipv6Addr::LOCALHOST.octets();
+        let r = ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed);
+        assert_eq!(r.remote_addr, "127.0.0.1");
+        assert_eq!(r.family, Family::Ipv4);
+        assert_eq!(r.local_addr, "::1");
+    }
+}

@@ -1,0 +1,69 @@
+//! Counters of what the pipeline saw and what it lost, shared by its stages.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Ring-buffer records read.
+    pub events: AtomicU64,
+    /// Records that did not decode.
+    pub decode_errors: AtomicU64,
+    /// Events dropped because the correlator's channel was full.
+    pub channel_full: AtomicU64,
+    /// Records dropped because the output could not keep up.
+    pub output_full: AtomicU64,
+    /// Final records of closed connections.
+    pub closed: AtomicU64,
+    /// Snapshot records of open connections.
+    pub open: AtomicU64,
+    /// Records not shown because of --pid/--comm/--port/--direction.
+    pub filtered: AtomicU64,
+}
+
+impl Stats {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything counted over one run, printed as the summary when watching stops.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Summary {
+    pub events: u64,
+    pub connections_closed: u64,
+    pub open_records: u64,
+    pub filtered: u64,
+    pub outbound_opened: u64,
+    pub inbound_opened: u64,
+    /// Losses by stage.
+    pub dropped: Dropped,
+    pub decode_errors: u64,
+    pub proc_unreadable: u64,
+    pub close_untracked: u64,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Dropped {
+    /// Kernel ring buffer was full (events lost in the kernel).
+    pub kernel_ring: u64,
+    /// CONNS insert failed (connections not tracked).
+    pub kernel_map: u64,
+    /// Connections that left CONNS without a close event.
+    pub evicted: u64,
+    /// Userspace channel between reader and correlator was full.
+    pub channel: u64,
+    /// Output could not keep up.
+    pub output: u64,
+}
+
+impl Dropped {
+    pub fn total(&self) -> u64 {
+        self.kernel_ring + self.kernel_map + self.evicted + self.channel + self.output
+    }
+}

@@ -1,0 +1,297 @@
+//! `observer watch`: the pipeline from ring buffer to terminal.
+//!
+//! reader (drains the ring buffer, decodes, never blocks: try_send) ->
+//! correlator (ConnTable; snapshots) -> output thread (stdout). Stages are
+//! joined by bounded channels; what a full channel refuses is counted.
+
+use std::{
+    io::Write,
+    sync::{mpsc as std_mpsc, Arc},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use aya::maps::{MapData, RingBuf};
+use observer_common::{Counter, EVENTS_MAP};
+use tokio::{
+    io::unix::AsyncFd,
+    signal::unix::{signal, SignalKind},
+    sync::{mpsc, watch},
+};
+
+use crate::{
+    cli::WatchArgs,
+    clock::{monotonic_ns, Clock},
+    conntrack::ConnTable,
+    decode::{decode, Event},
+    ebpf::{self, KernelConnMap, LoadOptions, ProbeReport},
+    filter::Filter,
+    output::{self, Format},
+    process::ProcessCache,
+    record::{ConnRecord, State},
+    stats::{Dropped, Stats, Summary},
+    tracefs,
+};
+
+/// Batches of decoded events between reader and correlator.
+const EVENT_CHANNEL_BATCHES: usize = 4096;
+const MAX_BATCH: usize = 1024;
+/// Records waiting for the output thread.
+const OUTPUT_CHANNEL: usize = 65_536;
+
+pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
+    let opts = LoadOptions {
+        max_connections: args.max_connections,
+        ring_bytes: args.ring_bytes,
+    };
+    if !crate::privileges::Privileges::current().sufficient() {
+        return Err(ebpf::LoadError::NotPrivileged.into());
+    }
+    let tracefs = tracefs::find_or_mount()?;
+    let mut bpf = ebpf::load(&opts)?;
+    let reports = ebpf::attach(&mut bpf, &tracefs)?;
+    let ring = RingBuf::try_from(bpf.take_map(EVENTS_MAP).context("no EVENTS map")?)
+        .context("EVENTS is not a ring buffer")?;
+    // SAFETY: the RingBuf owns its map fd for its whole life and always returns
+    // that same fd; the AsyncFd owns the RingBuf.
+    let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
+    let conns = KernelConnMap::take(&mut bpf).context("no CONNS map")?;
+
+    let stats = Arc::new(Stats::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (ev_tx, ev_rx) = mpsc::channel::<Vec<Event>>(EVENT_CHANNEL_BATCHES);
+    let (out_tx, out_rx) = std_mpsc::sync_channel::<ConnRecord>(OUTPUT_CHANNEL);
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Text
+    };
+
+    let output = std::thread::Builder::new()
+        .name("output".into())
+        .spawn(move || write_output(out_rx, format))
+        .context("starting the output thread")?;
+    let reader = tokio::spawn(read_ring(ring, ev_tx, stop_rx, Arc::clone(&stats)));
+    let correlator = tokio::spawn(correlate(
+        ev_rx,
+        out_tx,
+        conns,
+        Filter::from_args(&args),
+        args.update_interval,
+        Arc::clone(&stats),
+    ));
+
+    eprintln!("{}", ready_line(&reports, opts.max_connections));
+    wait_for_stop(args.duration).await?;
+    let _ = stop_tx.send(true);
+
+    reader.await.context("reader task")??;
+    let evicted = correlator.await.context("correlator task")?;
+    if let Err(e) = output.join().unwrap_or(Ok(())) {
+        // A closed stdout (e.g. `| head`) is not an error of ours.
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            tracing::warn!("writing output: {e}");
+        }
+    }
+    let kernel = ebpf::read_counters(&bpf);
+    let k = |c: Counter| kernel.iter().find(|(x, _)| *x == c).map_or(0, |(_, v)| *v);
+    // Dropping `bpf` detaches every program (all links are fd-based).
+    drop(bpf);
+    Ok(Summary {
+        events: Stats::get(&stats.events),
+        connections_closed: Stats::get(&stats.closed),
+        open_records: Stats::get(&stats.open),
+        filtered: Stats::get(&stats.filtered),
+        outbound_opened: k(Counter::OutboundOpened),
+        inbound_opened: k(Counter::InboundOpened),
+        dropped: Dropped {
+            kernel_ring: k(Counter::RingFull),
+            kernel_map: k(Counter::ConnInsertFailed),
+            evicted: evicted.0,
+            channel: Stats::get(&stats.channel_full),
+            output: Stats::get(&stats.output_full),
+        },
+        decode_errors: Stats::get(&stats.decode_errors),
+        proc_unreadable: evicted.1,
+        close_untracked: k(Counter::CloseUntracked),
+    })
+}
+
+fn ready_line(reports: &[ProbeReport], max_connections: u32) -> String {
+    let attached = reports.iter().filter(|r| r.attached()).count();
+    let mut line = format!(
+        "ready: {attached}/{} probes attached, tracking up to {max_connections} connections (observer pid {})",
+        reports.len(),
+        std::process::id()
+    );
+    for r in reports.iter().filter(|r| !r.attached()) {
+        line.push_str(&format!("; lost {}: {}", r.feature, r.program));
+    }
+    line
+}
+
+async fn wait_for_stop(duration: Option<Duration>) -> anyhow::Result<()> {
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let timer = async {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = timer => {}
+    }
+    Ok(())
+}
+
+/// Drains the ring buffer whenever it is readable; on stop, drains it once more
+/// and returns (dropping the sender ends the correlator).
+async fn read_ring(
+    mut ring: AsyncFd<RingBuf<MapData>>,
+    tx: mpsc::Sender<Vec<Event>>,
+    mut stop: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+) -> anyhow::Result<()> {
+    loop {
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard.context("polling the ring buffer")?;
+                drain(guard.get_inner_mut(), &tx, &stats);
+                guard.clear_ready();
+            }
+            _ = stop.changed() => {
+                drain(ring.get_mut(), &tx, &stats);
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Event>>, stats: &Stats) {
+    let mut batch = Vec::with_capacity(64);
+    while let Some(item) = ring.next() {
+        Stats::add(&stats.events, 1);
+        match decode(&item) {
+            Ok(ev) => batch.push(ev),
+            Err(e) => {
+                Stats::add(&stats.decode_errors, 1);
+                tracing::debug!("undecodable record: {e}");
+            }
+        }
+        if batch.len() >= MAX_BATCH {
+            send(tx, std::mem::take(&mut batch), stats);
+        }
+    }
+    if !batch.is_empty() {
+        send(tx, batch, stats);
+    }
+}
+
+fn send(tx: &mpsc::Sender<Vec<Event>>, batch: Vec<Event>, stats: &Stats) {
+    if let Err(e) = tx.try_send(batch) {
+        let n = match e {
+            mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b) => b.len(),
+        };
+        Stats::add(&stats.channel_full, n as u64);
+    }
+}
+
+/// Returns (evicted connections, unreadable /proc entries).
+async fn correlate(
+    mut rx: mpsc::Receiver<Vec<Event>>,
+    out: std_mpsc::SyncSender<ConnRecord>,
+    conns: KernelConnMap,
+    filter: Filter,
+    update_interval: Duration,
+    stats: Arc<Stats>,
+) -> (u64, u64) {
+    let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let emit = |r: ConnRecord| {
+        if !filter.matches(&r) {
+            Stats::add(&stats.filtered, 1);
+            return;
+        }
+        let counter = match r.state {
+            State::Closed => &stats.closed,
+            State::Open => &stats.open,
+        };
+        match out.try_send(r) {
+            Ok(()) => Stats::add(counter, 1),
+            Err(_) => Stats::add(&stats.output_full, 1),
+        }
+    };
+    loop {
+        tokio::select! {
+            batch = rx.recv() => {
+                let Some(batch) = batch else { break };
+                for ev in batch {
+                    if let Some(r) = table.handle(ev) {
+                        emit(r);
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                table.set_clock(Clock::sample());
+                if !update_interval.is_zero() {
+                    let interval = update_interval.as_nanos() as u64;
+                    for r in table.periodic(&conns, monotonic_ns(), interval) {
+                        emit(r);
+                    }
+                }
+            }
+        }
+    }
+    for r in table.drain_open(&conns) {
+        emit(r);
+    }
+    (table.evicted, table.proc_unreadable())
+}
+
+fn write_output(rx: std_mpsc::Receiver<ConnRecord>, format: Format) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    if format == Format::Text {
+        writeln!(w, "{}", output::HEADER)?;
+        w.flush()?;
+    }
+    while let Ok(r) = rx.recv() {
+        output::write_record(&mut w, &r, format)?;
+        // Flush when the queue is empty so lines show up at once, but batch
+        // writes under load.
+        while let Ok(r) = rx.try_recv() {
+            output::write_record(&mut w, &r, format)?;
+        }
+        w.flush()?;
+    }
+    w.flush()
+}
+
+/// The line printed on stderr when watching stops.
+pub fn summary_line(s: &Summary, json: bool) -> String {
+    if json {
+        return format!(
+            "summary {}",
+            serde_json::to_string(s).unwrap_or_else(|_| "{}".into())
+        );
+    }
+    let d = &s.dropped;
+    format!(
+        "summary: {} connections closed, {} open-connection snapshots, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, evicted {}, channel {}, output {})",
+        s.connections_closed,
+        s.open_records,
+        s.filtered,
+        s.events,
+        d.total(),
+        d.kernel_ring,
+        d.kernel_map,
+        d.evicted,
+        d.channel,
+        d.output
+    )
+}
