@@ -13,10 +13,14 @@ pub const EVENTS_MAP: &str = "EVENTS";
 pub const CONNS_MAP: &str = "CONNS";
 /// Per-CPU array of `u64` counters, indexed by [`Counter`].
 pub const COUNTERS_MAP: &str = "COUNTERS";
-/// Per-CPU one-slot array holding the last socket error report seen on that CPU.
-pub const ERROR_SLOT_MAP: &str = "ERROR_SLOT";
 /// Global (load-time constant): the observer's own tgid, never observed.
 pub const OWN_TGID_GLOBAL: &str = "OWN_TGID";
+/// Global: byte offset of `sk_err` in `struct sock` (from BTF); 0 when unknown.
+pub const SK_ERR_OFFSET_GLOBAL: &str = "SK_ERR_OFFSET";
+/// Global: 1 when `tcp:tcp_destroy_sock` is attached, so a closed connection's
+/// record goes out when the socket is destroyed (after any RST sent on close
+/// and the errno set); 0 to send it at CLOSE.
+pub const EMIT_AT_DESTROY_GLOBAL: &str = "EMIT_AT_DESTROY";
 
 /// Default number of connections tracked at once (CONNS max_entries). At 176 bytes
 /// a value plus the key and LRU bookkeeping this is about 16 MiB of kernel memory.
@@ -106,7 +110,7 @@ pub struct Conn {
     pub first_rx_ns: u64,
     pub last_tx_ns: u64,
     pub last_rx_ns: u64,
-    /// Reaching CLOSE (filled in the close event only).
+    /// Reaching CLOSE (0 while the connection is open).
     pub end_ns: u64,
     pub bytes_tx: u64,
     pub bytes_rx: u64,
@@ -117,7 +121,7 @@ pub struct Conn {
     pub srtt_us: u32,
     pub resets_rx: u16,
     pub resets_tx: u16,
-    /// Positive errno reported on the socket just before it closed (0: none).
+    /// Positive errno the socket held when it closed (`sk_err`; 0: none).
     pub error: u32,
     pub pid: u32,
     pub tid: u32,
@@ -131,7 +135,7 @@ pub struct Conn {
     pub family: u16,
     pub direction: u8,
     pub flags: u8,
-    /// The state the socket left for CLOSE (close event only).
+    /// The state the socket left for CLOSE.
     pub close_from_state: u32,
     pub _pad: u32,
 }
@@ -164,18 +168,6 @@ pub struct ProcessEvent {
     pub hdr: EventHeader,
     pub pid: u32,
     pub _pad: u32,
-}
-
-/// The last socket error report on a CPU. `sock:inet_sk_error_report` carries no
-/// socket pointer, so the CLOSE transition that follows on the same CPU matches it
-/// by ports.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ErrorSlot {
-    pub ts_ns: u64,
-    pub error: u32,
-    pub sport: u16,
-    pub dport: u16,
 }
 
 /// Indexes into [`COUNTERS_MAP`]. Explicit ids: userspace reads them by number.
@@ -230,7 +222,6 @@ mod pod {
     // SAFETY: all of these are repr(C), Copy, contain only integers and byte
     // arrays, and have no implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for super::Conn {}
-    unsafe impl aya::Pod for super::ErrorSlot {}
 }
 
 // Layout checks: a change here is a wire-format change on both sides.
@@ -239,4 +230,3 @@ const _: () = assert!(core::mem::size_of::<Conn>() == 176);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 40);
 const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 176);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
-const _: () = assert!(core::mem::size_of::<ErrorSlot>() == 16);

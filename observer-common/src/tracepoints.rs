@@ -65,11 +65,8 @@ layout!(sock_recv_length, "sock", "sock_recv_length", {
     FLAGS: "flags" @ 24 / 4,
 });
 
-layout!(inet_sk_error_report, "sock", "inet_sk_error_report", {
-    ERROR: "error" @ 8 / 4,
-    SPORT: "sport" @ 12 / 2,
-    DPORT: "dport" @ 14 / 2,
-    PROTOCOL: "protocol" @ 18 / 2,
+layout!(tcp_destroy_sock, "tcp", "tcp_destroy_sock", {
+    SKADDR: "skaddr" @ 8 / 8,
 });
 
 layout!(tcp_retransmit_skb, "tcp", "tcp_retransmit_skb", {

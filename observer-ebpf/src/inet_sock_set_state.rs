@@ -15,17 +15,15 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use observer_common::{
-    tcp_state::*, tracepoints::inet_sock_set_state as f, CloseEvent, Conn, Counter, EventKind,
-    OwnerEvent, AF_INET6, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED, IPPROTO_TCP,
+    tcp_state::*, tracepoints::inet_sock_set_state as f, Conn, Counter, AF_INET6, DIR_INBOUND,
+    DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED, IPPROTO_TCP,
 };
 
 use crate::{
     ctx::{field, now_ns},
-    maps::{count, own_tgid, CONNS, ERROR_SLOT, EVENTS},
+    events::{emit_close, emit_owner, sk_err},
+    maps::{count, emit_at_destroy, own_tgid, CONNS},
 };
-
-/// An error report older than this is not about the CLOSE we are looking at.
-const ERROR_SLOT_MAX_AGE_NS: u64 = 10_000_000;
 
 #[tracepoint]
 pub fn inet_sock_set_state(ctx: TracePointContext) -> u32 {
@@ -74,6 +72,11 @@ fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
         return None;
     }
     let now = now_ns();
+    // A socket may connect() again after a failed attempt; the earlier attempt
+    // (closed, not yet destroyed) is finished now.
+    if let Some(prev) = CONNS.get_ptr(&sk) {
+        emit_close(sk, prev, now);
+    }
     let mut conn = Conn {
         sk,
         start_ns: now,
@@ -124,8 +127,10 @@ fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
     Some(())
 }
 
+/// Marks the connection closed. The kernel sets `sk_err` before it moves a
+/// failed socket to CLOSE, so a timeout or unreachable host reads here.
 fn on_close(ctx: &TracePointContext, sk: u64, old: i32) -> Option<()> {
-    let Some(conn) = CONNS.get_ptr(&sk) else {
+    let Some(conn) = CONNS.get_ptr_mut(&sk) else {
         // Listeners and never-established children close too; only count the rest.
         if old != LISTEN && old != SYN_RECV {
             count(Counter::CloseUntracked);
@@ -133,75 +138,15 @@ fn on_close(ctx: &TracePointContext, sk: u64, old: i32) -> Option<()> {
         return None;
     };
     let now = now_ns();
-    let sport: u16 = field(ctx, f::SPORT);
-    let dport: u16 = field(ctx, f::DPORT);
-    let error = take_error(sport, dport, now);
-    match EVENTS.reserve::<CloseEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size; `conn`
-            // at a live map value.
-            unsafe {
-                (*ev).hdr.kind = EventKind::Close as u32;
-                (*ev).hdr.size = core::mem::size_of::<CloseEvent>() as u32;
-                (*ev).hdr.ts_ns = now;
-                (*ev).conn = *conn;
-                (*ev).conn.end_ns = now;
-                (*ev).conn.close_from_state = old as u32;
-                (*ev).conn.error = error;
-                // A refused connect has its source port only now.
-                (*ev).conn.sport = sport;
-            }
-            entry.submit(0);
-        }
-        None => count(Counter::RingFull),
+    // SAFETY: a pointer into a map value, valid for this program run.
+    let c = unsafe { &mut *conn };
+    c.end_ns = now;
+    c.close_from_state = old as u32;
+    c.error = sk_err(sk);
+    // A refused connect has its source port only now.
+    c.sport = field(ctx, f::SPORT);
+    if !emit_at_destroy() {
+        emit_close(sk, conn, now);
     }
-    count(Counter::Closed);
-    let _ = CONNS.remove(&sk);
     Some(())
-}
-
-/// Takes the error reported on this CPU for these ports, if recent.
-#[inline(always)]
-fn take_error(sport: u16, dport: u16, now: u64) -> u32 {
-    let Some(slot) = ERROR_SLOT.get_ptr_mut(0) else {
-        return 0;
-    };
-    // SAFETY: per-CPU value, no concurrent writer on this CPU.
-    let slot = unsafe { &mut *slot };
-    if slot.error == 0
-        || slot.sport != sport
-        || slot.dport != dport
-        || now.wrapping_sub(slot.ts_ns) > ERROR_SLOT_MAX_AGE_NS
-    {
-        return 0;
-    }
-    let error = slot.error;
-    slot.error = 0;
-    error
-}
-
-/// Tells userspace who owns `sk` so it can resolve the executable while the
-/// process still exists.
-#[inline(always)]
-pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
-    match EVENTS.reserve::<OwnerEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size.
-            unsafe {
-                (*ev).hdr.kind = EventKind::Owner as u32;
-                (*ev).hdr.size = core::mem::size_of::<OwnerEvent>() as u32;
-                (*ev).hdr.ts_ns = now;
-                (*ev).sk = sk;
-                (*ev).pid = conn.pid;
-                (*ev).tid = conn.tid;
-                (*ev).comm = conn.comm;
-                (*ev).direction = conn.direction;
-                (*ev)._pad = [0; 7];
-            }
-            entry.submit(0);
-        }
-        None => count(Counter::RingFull),
-    }
 }

@@ -9,13 +9,15 @@ mod ctx;
 mod maps;
 
 #[cfg(target_arch = "bpf")]
-mod inet_sk_error_report;
+mod events;
 #[cfg(target_arch = "bpf")]
 mod inet_sock_set_state;
 #[cfg(target_arch = "bpf")]
 mod sched_process;
 #[cfg(target_arch = "bpf")]
 mod sock_length;
+#[cfg(target_arch = "bpf")]
+mod tcp_destroy_sock;
 #[cfg(target_arch = "bpf")]
 mod tcp_health;
 

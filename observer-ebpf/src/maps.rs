@@ -1,12 +1,10 @@
-//! Maps shared by all probe families, and small helpers over them.
+//! Maps and load-time constants shared by all probe families.
 
 use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
-use observer_common::{
-    Conn, Counter, ErrorSlot, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES,
-};
+use observer_common::{Conn, Counter, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES};
 
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
@@ -20,17 +18,33 @@ pub static CONNS: LruHashMap<u64, Conn> = LruHashMap::with_max_entries(DEFAULT_M
 #[map(name = "COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 
-#[map(name = "ERROR_SLOT")]
-pub static ERROR_SLOT: PerCpuArray<ErrorSlot> = PerCpuArray::with_max_entries(1, 0);
-
-/// The observer's own tgid, set at load time; its sockets are never tracked.
+/// The observer's own tgid; its sockets are never tracked.
 #[no_mangle]
 static OWN_TGID: u32 = 0;
 
+/// Byte offset of `sk_err` in `struct sock`, from BTF; 0 when unknown.
+#[no_mangle]
+static SK_ERR_OFFSET: u32 = 0;
+
+/// 1: send a closed connection's record when the socket is destroyed.
+#[no_mangle]
+static EMIT_AT_DESTROY: u32 = 0;
+
+// SAFETY (all three readers): read_volatile keeps the compiler from folding
+// load-time constants that the loader rewrites.
 #[inline(always)]
 pub fn own_tgid() -> u32 {
-    // SAFETY: read_volatile keeps the compiler from folding the load-time constant.
     unsafe { core::ptr::read_volatile(&OWN_TGID) }
+}
+
+#[inline(always)]
+pub fn sk_err_offset() -> u32 {
+    unsafe { core::ptr::read_volatile(&SK_ERR_OFFSET) }
+}
+
+#[inline(always)]
+pub fn emit_at_destroy() -> bool {
+    unsafe { core::ptr::read_volatile(&EMIT_AT_DESTROY) != 0 }
 }
 
 #[inline(always)]

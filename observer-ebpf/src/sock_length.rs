@@ -16,7 +16,7 @@ use observer_common::{
 
 use crate::{
     ctx::{field, now_ns},
-    inet_sock_set_state::emit_owner,
+    events::emit_owner,
     maps::{own_tgid, CONNS},
 };
 

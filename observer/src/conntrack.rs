@@ -121,6 +121,9 @@ impl ConnTable {
                 continue;
             }
             match kernel.lookup(sk) {
+                // Closed, waiting for the socket to be destroyed: its final
+                // record is on its way.
+                Some(conn) if conn.end_ns != 0 => live.missing = false,
                 Some(conn) => {
                     live.missing = false;
                     if now_ns.saturating_sub(conn.start_ns) >= interval_ns {
@@ -152,12 +155,20 @@ impl ConnTable {
         let mut out = Vec::new();
         for (sk, live) in self.live.drain() {
             match kernel.lookup(sk) {
-                Some(conn) => out.push(ConnRecord::new(
-                    &conn,
-                    Some(&live.owner),
-                    &self.clock,
-                    State::Open,
-                )),
+                Some(conn) => {
+                    // Closed but not destroyed yet (the owner still holds the fd).
+                    let state = if conn.end_ns != 0 {
+                        State::Closed
+                    } else {
+                        State::Open
+                    };
+                    out.push(ConnRecord::new(
+                        &conn,
+                        Some(&live.owner),
+                        &self.clock,
+                        state,
+                    ));
+                }
                 None => self.evicted += 1,
             }
         }
@@ -203,7 +214,6 @@ mod tests {
             sk,
             start_ns: 100,
             established_ns: 200,
-            end_ns: 1_000,
             pid,
             tid: pid + 1,
             family: AF_INET,
@@ -219,7 +229,11 @@ mod tests {
         let mut t = table();
         assert_eq!(t.handle(owner_event(1, me)), None);
         assert_eq!(t.live_len(), 1);
-        let r = t.handle(Event::Close(conn(1, me))).expect("a record");
+        let closed = Conn {
+            end_ns: 1_000,
+            ..conn(1, me)
+        };
+        let r = t.handle(Event::Close(closed)).expect("a record");
         assert_eq!(r.pid, Some(me));
         assert_eq!(r.tid, Some(me + 1));
         assert_eq!(r.thread_comm.as_deref(), Some("worker-thread"));
@@ -255,7 +269,9 @@ mod tests {
         assert!(t.periodic(&k, 150, 100).is_empty());
         let snap = t.periodic(&k, 10_000, 100);
         assert_eq!(snap.len(), 2);
-        assert!(snap.iter().all(|r| r.state == State::Open && r.end_unix_ns.is_none()));
+        assert!(snap
+            .iter()
+            .all(|r| r.state == State::Open && r.end_unix_ns.is_none()));
         // sk 2 leaves CONNS without a close event.
         k.0.borrow_mut().remove(&2);
         assert!(t.periodic(&k, 10_050, 100).is_empty(), "reported recently");
@@ -264,8 +280,13 @@ mod tests {
         assert_eq!(t.periodic(&k, 30_000, 100).len(), 1);
         assert_eq!(t.evicted, 1);
         assert_eq!(t.live_len(), 1);
+        // Closed in the kernel, waiting for destruction: no snapshot, and a
+        // final record at stop.
+        k.0.borrow_mut().get_mut(&1).expect("present").end_ns = 25_000;
+        assert!(t.periodic(&k, 40_000, 100).is_empty());
         let open = t.drain_open(&k);
         assert_eq!(open.len(), 1);
+        assert_eq!(open[0].state, State::Closed);
         assert_eq!(t.live_len(), 0);
     }
 

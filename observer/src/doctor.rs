@@ -24,6 +24,10 @@ pub struct Report {
     pub tracefs: Option<String>,
     /// Why the eBPF object could not be loaded, if it could not.
     pub load_error: Option<String>,
+    /// `struct sock`'s `sk_err` offset from BTF (null: timeout/unreachable errors lost).
+    pub sk_err_offset: Option<u32>,
+    /// Records wait for tcp:tcp_destroy_sock (else they go out at CLOSE).
+    pub emit_at_destroy: bool,
     pub probes: Vec<ProbeReport>,
     /// True when the observer can run (every required probe attached).
     pub ok: bool,
@@ -61,6 +65,8 @@ pub fn run() -> Report {
         privileged: p.sufficient(),
         tracefs: None,
         load_error: None,
+        sk_err_offset: None,
+        emit_at_destroy: false,
         probes: Vec::new(),
         ok: false,
     };
@@ -79,8 +85,8 @@ pub fn run() -> Report {
         }
     };
     report.tracefs = Some(tfs.display().to_string());
-    let mut bpf = match ebpf::load(&LoadOptions::default()) {
-        Ok(b) => b,
+    let mut loaded = match ebpf::load(&LoadOptions::default(), &tfs) {
+        Ok(l) => l,
         Err(e) => {
             report.load_error = Some(format!("{e:#}"));
             report.probes = untried("not tried: the eBPF object did not load");
@@ -88,9 +94,11 @@ pub fn run() -> Report {
         }
     };
     // Attach each row on its own so a required failure still lists the rest.
+    report.sk_err_offset = loaded.sk_err_offset.clone().ok();
+    report.emit_at_destroy = loaded.emit_at_destroy;
     report.probes = PROBES
         .iter()
-        .map(|spec| ebpf::attach_spec(&mut bpf, &tfs, spec))
+        .map(|spec| ebpf::attach_spec(&mut loaded.ebpf, &tfs, spec))
         .collect();
     report.ok = report.probes.iter().all(|r| !r.required || r.attached());
     report
@@ -135,6 +143,14 @@ pub fn print(r: &Report) {
         println!("  eBPF object  NOT LOADED: {e}");
     } else {
         println!("  eBPF object  loaded (ring buffer, connection map, counters)");
+        match r.sk_err_offset {
+            Some(off) => {
+                println!("  sock.sk_err  offset {off} (from BTF): timeout/unreachable errors")
+            }
+            None => println!(
+                "  sock.sk_err  unknown (no BTF): \"timeout\" and \"unreachable\" errors lost"
+            ),
+        }
     }
     println!("probes:");
     println!(

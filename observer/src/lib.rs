@@ -2,6 +2,7 @@
 //! kernel, for every process. The binary (`main.rs`) is a thin shell over this
 //! library so that tests and benchmarks can drive each stage without root.
 
+pub mod btf;
 pub mod cli;
 pub mod clock;
 pub mod conntrack;

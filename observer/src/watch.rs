@@ -48,8 +48,12 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         return Err(ebpf::LoadError::NotPrivileged.into());
     }
     let tracefs = tracefs::find_or_mount()?;
-    let mut bpf = ebpf::load(&opts)?;
-    let reports = ebpf::attach(&mut bpf, &tracefs)?;
+    let mut loaded = ebpf::load(&opts, &tracefs)?;
+    let reports = ebpf::attach(&mut loaded, &tracefs)?;
+    if let Err(e) = &loaded.sk_err_offset {
+        tracing::warn!("no sk_err offset ({e}): \"timeout\" and \"unreachable\" errors are lost");
+    }
+    let mut bpf = loaded.ebpf;
     let ring = RingBuf::try_from(bpf.take_map(EVENTS_MAP).context("no EVENTS map")?)
         .context("EVENTS is not a ring buffer")?;
     // SAFETY: the RingBuf owns its map fd for its whole life and always returns

@@ -1,1 +1,236 @@
+//! Helpers for the end-to-end tests: find the observer binary, run `observer
+//! watch --json` around some traffic, and read its records.
+//!
+//! These tests need root (they load eBPF). Without root they say so and return;
+//! under CI (`CI=true`) a missing privilege or tool is a failure instead.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a panic is a test failure"
+)]
 
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// True when the test can run. Without root it prints why and returns false,
+/// except under CI where that is a failure.
+pub fn require_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "{test}: needs root (CI=true, so this is a failure)"
+    );
+    eprintln!("SKIPPED {test}: needs root to load eBPF programs");
+    false
+}
+
+/// True when `cmd` is on PATH; under CI its absence is a failure.
+pub fn require_tool(test: &str, cmd: &str) -> bool {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            !in_ci(),
+            "{test}: needs `{cmd}` (CI=true, so this is a failure)"
+        );
+        eprintln!("SKIPPED {test}: needs `{cmd}`");
+    }
+    ok
+}
+
+/// The observer binary: $OBSERVER_BIN (set by `cargo xtask test`) or the
+/// release build in this workspace.
+pub fn observer_bin() -> PathBuf {
+    let p = std::env::var_os("OBSERVER_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/observer"),
+        PathBuf::from,
+    );
+    assert!(
+        p.exists(),
+        "observer binary {} not found: run `cargo xtask test` (it builds it)",
+        p.display()
+    );
+    p
+}
+
+/// A helper script shipped in tests/helpers.
+pub fn helper(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("helpers")
+        .join(name)
+}
+
+/// What a finished `observer watch` printed.
+#[derive(Debug)]
+pub struct Watched {
+    pub records: Vec<Value>,
+    pub stderr: Vec<String>,
+    pub status: ExitStatus,
+}
+
+impl Watched {
+    pub fn summary(&self) -> Value {
+        let line = self
+            .stderr
+            .iter()
+            .find_map(|l| l.strip_prefix("summary "))
+            .unwrap_or_else(|| panic!("no summary line in {:?}", self.stderr));
+        serde_json::from_str(line).unwrap()
+    }
+
+    /// Records whose `field` equals `value`.
+    pub fn with<'a>(&'a self, field: &str, value: &Value) -> Vec<&'a Value> {
+        self.records.iter().filter(|r| &r[field] == value).collect()
+    }
+}
+
+/// A running `observer watch --json`.
+pub struct Watch {
+    child: Child,
+    stdout: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+impl Watch {
+    /// Starts `observer watch --json ARGS` and waits for its `ready` line.
+    pub fn start(args: &[&str]) -> Watch {
+        let mut child = Command::new(observer_bin())
+            .arg("watch")
+            .arg("--json")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = lines(child.stdout.take().unwrap());
+        let stderr = lines(child.stderr.take().unwrap());
+        let mut w = Watch {
+            child,
+            stdout,
+            stderr,
+            stderr_seen: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match w.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    let ready = line.starts_with("ready");
+                    w.stderr_seen.push(line);
+                    if ready {
+                        return w;
+                    }
+                }
+                Err(_) => {
+                    let _ = w.child.kill();
+                    panic!("observer never became ready; stderr: {:?}", w.stderr_seen);
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (SIGTERM or SIGINT) and collects everything it printed.
+    pub fn stop_with(self, signal: i32) -> Watched {
+        // Let the last events of the traffic reach the ring buffer's reader.
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        self.finish()
+    }
+
+    pub fn stop(self) -> Watched {
+        self.stop_with(libc::SIGTERM)
+    }
+
+    /// Waits for the process to exit by itself (e.g. `--duration`).
+    pub fn finish(mut self) -> Watched {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("observer did not exit; stderr: {:?}", self.stderr_seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let records = self
+            .stdout
+            .iter()
+            .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
+            .collect();
+        let mut stderr = std::mem::take(&mut self.stderr_seen);
+        stderr.extend(self.stderr.iter());
+        assert!(
+            status.success(),
+            "observer failed: {status}; stderr: {stderr:?}"
+        );
+        Watched {
+            records,
+            stderr,
+            status,
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // A test that panicked mid-way must not leave an observer running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Milliseconds from nanoseconds, for messages.
+pub fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The name the kernel gives this process (what `comm` should say).
+pub fn own_comm() -> String {
+    std::fs::read_to_string("/proc/self/comm")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// A port nobody listens on (bound, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}

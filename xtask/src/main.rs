@@ -1,1 +1,104 @@
-fn main() {}
+//! Project tasks: `cargo xtask setup | build | run | test`.
+//!
+//! `build`, `run` and `test` call `setup` first, so a fresh machine of this kind
+//! needs nothing but these commands. xtask orchestrates; the eBPF object itself
+//! is built by observer/build.rs.
+
+mod setup;
+mod test;
+
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "observer's project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building needs (rust-src for nightly, bpf-linker); quick when all is there.
+    Setup,
+    /// Build target/{debug,release}/observer.
+    Build {
+        #[arg(long)]
+        release: bool,
+    },
+    /// Build (release) and run observer with ARGS, e.g. `cargo xtask run -- watch`.
+    Run {
+        #[arg(long, help = "Build in debug mode instead of release")]
+        debug: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run every test: unit tests and the end-to-end tests (as root).
+    Test {
+        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.task {
+        Task::Setup => setup::run(),
+        Task::Build { release } => {
+            setup::run()?;
+            build(release)
+        }
+        Task::Run { debug, args } => {
+            setup::run()?;
+            build(!debug)?;
+            let bin = workspace_root()?
+                .join("target")
+                .join(if debug { "debug" } else { "release" })
+                .join("observer");
+            let status = Command::new(&bin)
+                .args(&args)
+                .status()
+                .with_context(|| format!("running {}", bin.display()))?;
+            std::process::exit(status.code().unwrap_or(1));
+        }
+        Task::Test { args } => {
+            setup::run()?;
+            test::run(&args)
+        }
+    }
+}
+
+pub fn workspace_root() -> Result<std::path::PathBuf> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    dir.parent()
+        .map(std::path::Path::to_path_buf)
+        .context("xtask has no parent directory")
+}
+
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    if let Ok(root) = workspace_root() {
+        cmd.current_dir(root);
+    }
+    cmd
+}
+
+pub fn run_checked(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn build(release: bool) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--package", "observer"]);
+    if release {
+        cmd.arg("--release");
+    }
+    run_checked(&mut cmd)
+}

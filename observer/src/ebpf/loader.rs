@@ -9,8 +9,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use observer_common::{
-    Conn, Counter, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES,
-    EVENTS_MAP, OWN_TGID_GLOBAL,
+    tracepoints, Conn, Counter, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_RING_BYTES, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL, SK_ERR_OFFSET_GLOBAL,
 };
 
 use super::probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};
@@ -55,29 +55,54 @@ pub enum LoadError {
     },
 }
 
-/// Parses the object and creates its maps. Our own tgid goes in as a load-time
-/// constant so the programs never observe the observer.
-pub fn load(opts: &LoadOptions) -> Result<Ebpf, LoadError> {
+/// The loaded object and the load-time decisions made for this kernel.
+pub struct Loaded {
+    pub ebpf: Ebpf,
+    /// Records go out when the socket is destroyed (tcp:tcp_destroy_sock).
+    pub emit_at_destroy: bool,
+    /// Where `sk_err` sits in `struct sock`, or why that is unknown (then
+    /// "timeout" and "unreachable" errors are lost).
+    pub sk_err_offset: Result<u32, String>,
+}
+
+/// Parses the object and creates its maps. Load-time constants: our own tgid
+/// (the programs never observe the observer), the `sk_err` offset from BTF, and
+/// whether records wait for the socket's destruction.
+pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
     if !crate::privileges::Privileges::current().sufficient() {
         return Err(LoadError::NotPrivileged);
     }
     let own = std::process::id();
+    let sk_err_offset = crate::btf::sk_err_offset();
+    let off = *sk_err_offset.as_ref().unwrap_or(&0);
+    let emit_at_destroy =
+        tracefs::check_layout(tracefs, &tracepoints::tcp_destroy_sock::LAYOUT).is_ok();
     let ebpf = EbpfLoader::new()
         .override_global(OWN_TGID_GLOBAL, &own, true)
+        .override_global(SK_ERR_OFFSET_GLOBAL, &off, true)
+        .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .map_max_entries(CONNS_MAP, opts.max_connections)
         .map_max_entries(EVENTS_MAP, opts.ring_bytes)
         .load(OBJECT)?;
-    Ok(ebpf)
+    Ok(Loaded {
+        ebpf,
+        emit_at_destroy,
+        sk_err_offset,
+    })
 }
 
 /// Loads and attaches every program of the attach table, recording why each
 /// skipped one was skipped. Fails only when a required probe is missing.
-pub fn attach(ebpf: &mut Ebpf, tracefs: &Path) -> Result<Vec<ProbeReport>, LoadError> {
+pub fn attach(loaded: &mut Loaded, tracefs: &Path) -> Result<Vec<ProbeReport>, LoadError> {
     let mut reports = Vec::with_capacity(PROBES.len());
     for spec in PROBES {
-        let report = attach_spec(ebpf, tracefs, spec);
+        let report = attach_spec(&mut loaded.ebpf, tracefs, spec);
+        // Once the programs wait for tcp_destroy_sock, records depend on it.
+        let required = spec.required
+            || (loaded.emit_at_destroy
+                && spec.layout.name == tracepoints::tcp_destroy_sock::LAYOUT.name);
         if let ProbeStatus::Unavailable(reason) | ProbeStatus::Failed(reason) = &report.status {
-            if spec.required {
+            if required {
                 return Err(LoadError::Required {
                     program: spec.program,
                     feature: spec.feature,

@@ -3,5 +3,7 @@
 mod loader;
 mod probes;
 
-pub use loader::{attach, attach_spec, load, read_counters, KernelConnMap, LoadError, LoadOptions};
+pub use loader::{
+    attach, attach_spec, load, read_counters, KernelConnMap, LoadError, LoadOptions, Loaded,
+};
 pub use probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};

@@ -60,10 +60,10 @@ pub const PROBES: &[ProbeSpec] = &[
         feature: "smoothed RTT (srtt_us)",
     },
     ProbeSpec {
-        program: "inet_sk_error_report",
-        layout: tracepoints::inet_sk_error_report::LAYOUT,
+        program: "tcp_destroy_sock",
+        layout: tracepoints::tcp_destroy_sock::LAYOUT,
         required: false,
-        feature: "\"timeout\" and \"unreachable\" errors",
+        feature: "resets sent by an aborting close() (else records go out at CLOSE)",
     },
     ProbeSpec {
         program: "sched_process_exec",

@@ -1,0 +1,183 @@
+//! A minimal reader of the kernel's BTF (/sys/kernel/btf/vmlinux): just enough
+//! to find where a member sits inside a kernel struct, the way CO-RE would.
+//! The eBPF programs read `sock.sk_err` at that offset; a kernel without BTF
+//! loses only what needs it (timeout and unreachable errors).
+//!
+//! Format: include/uapi/linux/btf.h. aya parses BTF too but does not expose
+//! struct members.
+
+use std::path::Path;
+
+pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BtfError {
+    /// Not BTF, or cut short.
+    #[error("malformed BTF: {0}")]
+    Malformed(&'static str),
+    /// A kind this reader does not know, so the types after it cannot be walked.
+    #[error("unknown BTF kind {0}")]
+    UnknownKind(u32),
+    /// The struct or member is not there.
+    #[error("no member `{member}` in struct `{strukt}`")]
+    NotFound { strukt: String, member: String },
+    /// The member is a bit field (not byte-addressable).
+    #[error("member `{0}` is a bit field")]
+    BitField(String),
+}
+
+const MAGIC: u16 = 0xeb9f;
+const KIND_STRUCT: u32 = 4;
+
+fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
+    b.get(off..off + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        .ok_or(BtfError::Malformed("truncated"))
+}
+
+fn str_at(strings: &[u8], off: u32) -> &[u8] {
+    let rest = strings.get(off as usize..).unwrap_or(&[]);
+    let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// Bytes of extra data that follow a type of `kind` with `vlen` entries.
+fn trailer(kind: u32, vlen: usize) -> Result<usize, BtfError> {
+    Ok(match kind {
+        1 => 4,                                    // INT
+        2 | 7..=12 | 16 | 18 => 0, // PTR FWD TYPEDEF VOLATILE CONST RESTRICT FUNC FLOAT TYPE_TAG
+        3 => 12,                   // ARRAY
+        4 | 5 => 12 * vlen,        // STRUCT UNION
+        6 | 13 => 8 * vlen,        // ENUM FUNC_PROTO
+        14 | 17 => 4,              // VAR DECL_TAG
+        15 | 19 => 12 * vlen,      // DATASEC ENUM64
+        k => return Err(BtfError::UnknownKind(k)), // a newer kernel's kind
+    })
+}
+
+/// Byte offset of `member` in `struct strukt`, from raw BTF (little endian).
+pub fn member_offset(btf: &[u8], strukt: &str, member: &str) -> Result<u32, BtfError> {
+    if btf.len() < 24 || u16::from_le_bytes([btf[0], btf[1]]) != MAGIC {
+        return Err(BtfError::Malformed("bad magic"));
+    }
+    let hdr_len = u32_at(btf, 4)? as usize;
+    let (type_off, type_len) = (u32_at(btf, 8)? as usize, u32_at(btf, 12)? as usize);
+    let (str_off, str_len) = (u32_at(btf, 16)? as usize, u32_at(btf, 20)? as usize);
+    let types = btf
+        .get(hdr_len + type_off..hdr_len + type_off + type_len)
+        .ok_or(BtfError::Malformed("type section out of bounds"))?;
+    let strings = btf
+        .get(hdr_len + str_off..hdr_len + str_off + str_len)
+        .ok_or(BtfError::Malformed("string section out of bounds"))?;
+    let mut pos = 0;
+    while pos + 12 <= types.len() {
+        let name_off = u32_at(types, pos)?;
+        let info = u32_at(types, pos + 4)?;
+        let kind = (info >> 24) & 0x1f;
+        let vlen = (info & 0xffff) as usize;
+        let kind_flag = info >> 31 == 1;
+        let body = pos + 12;
+        if kind == KIND_STRUCT && str_at(strings, name_off) == strukt.as_bytes() {
+            for i in 0..vlen {
+                let m = body + 12 * i;
+                if str_at(strings, u32_at(types, m)?) != member.as_bytes() {
+                    continue;
+                }
+                let raw = u32_at(types, m + 8)?;
+                // With kind_flag the top 8 bits hold a bit-field size.
+                let (bit_size, bit_off) = if kind_flag {
+                    (raw >> 24, raw & 0x00ff_ffff)
+                } else {
+                    (0, raw)
+                };
+                if bit_size != 0 || bit_off % 8 != 0 {
+                    return Err(BtfError::BitField(member.to_owned()));
+                }
+                return Ok(bit_off / 8);
+            }
+        }
+        pos = body + trailer(kind, vlen)?;
+    }
+    Err(BtfError::NotFound {
+        strukt: strukt.to_owned(),
+        member: member.to_owned(),
+    })
+}
+
+/// Offset of `struct sock`'s `sk_err` in the running kernel.
+pub fn sk_err_offset() -> Result<u32, String> {
+    let data = std::fs::read(Path::new(VMLINUX)).map_err(|e| format!("{VMLINUX}: {e}"))?;
+    member_offset(&data, "sock", "sk_err").map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny BTF blob: an INT, then `struct s { int a; int b; }`.
+    fn blob() -> Vec<u8> {
+        let strings = b"\0int\0s\0a\0b\0".to_vec();
+        let mut types = Vec::new();
+        let push = |t: &mut Vec<u8>, v: u32| t.extend_from_slice(&v.to_le_bytes());
+        // [1] INT "int": name 1, kind 1, size 4, trailer encoding.
+        push(&mut types, 1);
+        push(&mut types, 1 << 24);
+        push(&mut types, 4);
+        push(&mut types, 32);
+        // [2] STRUCT "s", 2 members, size 8.
+        push(&mut types, 5);
+        push(&mut types, (4 << 24) | 2);
+        push(&mut types, 8);
+        for (name, bits) in [(7u32, 0u32), (9, 32)] {
+            push(&mut types, name);
+            push(&mut types, 1);
+            push(&mut types, bits);
+        }
+        let mut b = Vec::new();
+        b.extend_from_slice(&MAGIC.to_le_bytes());
+        b.extend_from_slice(&[1, 0]);
+        for v in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&types);
+        b.extend_from_slice(&strings);
+        b
+    }
+
+    #[test]
+    fn finds_members() {
+        let b = blob();
+        assert_eq!(member_offset(&b, "s", "a"), Ok(0));
+        assert_eq!(member_offset(&b, "s", "b"), Ok(4));
+        assert!(matches!(
+            member_offset(&b, "s", "c"),
+            Err(BtfError::NotFound { .. })
+        ));
+        assert_eq!(
+            member_offset(&b[..30], "s", "a"),
+            Err(BtfError::Malformed("type section out of bounds"))
+        );
+        assert_eq!(
+            member_offset(b"nope", "s", "a"),
+            Err(BtfError::Malformed("bad magic"))
+        );
+    }
+
+    #[test]
+    fn running_kernel_has_sk_err() {
+        if !Path::new(VMLINUX).exists() {
+            assert!(std::env::var("CI").is_err(), "CI kernels have BTF");
+            eprintln!("SKIPPED: this kernel has no BTF");
+            return;
+        }
+        let off = sk_err_offset().expect("sock.sk_err in vmlinux BTF");
+        // struct sock is hundreds of bytes; sk_err is well inside, int-aligned.
+        assert!(off > 100 && off < 2000 && off.is_multiple_of(4), "{off}");
+    }
+}

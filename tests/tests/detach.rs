@@ -1,0 +1,57 @@
+//! Ctrl-C and SIGTERM detach cleanly: no eBPF program of ours stays loaded.
+//! One test in this binary on purpose: cargo runs test binaries one at a time,
+//! so no other observer of this suite is running while it counts programs.
+#![allow(clippy::unwrap_used, reason = "a panic is a test failure")]
+
+use tests::*;
+
+/// Our programs (the kernel keeps the first 15 bytes of each name).
+const NAMES: &[&str] = &[
+    "inet_sock_set_state",
+    "sock_send_length",
+    "sock_recv_length",
+    "tcp_retransmit_skb",
+    "tcp_receive_reset",
+    "tcp_send_reset",
+    "tcp_probe",
+    "tcp_destroy_sock",
+    "sched_process_exec",
+    "sched_process_exit",
+];
+
+fn loaded() -> usize {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| {
+            let name = p.name_as_str().unwrap_or("");
+            NAMES.iter().any(|n| &n[..n.len().min(15)] == name)
+        })
+        .count()
+}
+
+#[test]
+fn signals_detach_every_program() {
+    if !require_root("detach") {
+        return;
+    }
+    let before = loaded();
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let w = Watch::start(&[]);
+        assert_eq!(
+            loaded(),
+            before + NAMES.len(),
+            "programs are loaded while watching"
+        );
+        let out = w.stop_with(signal);
+        assert!(
+            out.stderr.iter().any(|l| l.starts_with("summary")),
+            "{:?}",
+            out.stderr
+        );
+        assert_eq!(
+            loaded(),
+            before,
+            "after signal {signal} nothing is left loaded"
+        );
+    }
+}

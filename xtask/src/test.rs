@@ -1,0 +1,72 @@
+//! `cargo xtask test`: every test, the root-only end-to-end ones included.
+//!
+//! Builds the release observer once, installs the Debian tools the end-to-end
+//! tests drive when they are missing (as root), then runs `cargo test` over the
+//! whole workspace with OBSERVER_BIN pointing at that binary.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, Result};
+
+use crate::{cargo, run_checked, workspace_root};
+
+/// Commands the end-to-end tests run, and the Debian package of each.
+const TOOLS: &[(&str, &str)] = &[
+    ("curl", "curl"),
+    ("ip", "iproute2"),
+    ("setpriv", "util-linux"),
+    ("python3", "python3"),
+];
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn ensure_tools() -> Result<()> {
+    let missing: Vec<&str> = TOOLS
+        .iter()
+        .filter(|(cmd, _)| !have(cmd))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        eprintln!(
+            "xtask test: missing tools from Debian packages {missing:?}; not root, so not installing (the tests that need them will say so)"
+        );
+        return Ok(());
+    }
+    eprintln!("xtask test: installing {missing:?}");
+    run_checked(Command::new("apt-get").args(["update", "-qq"]))?;
+    run_checked(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    ensure_tools()?;
+    run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
+    let bin = workspace_root()?.join("target/release/observer");
+    let mut cmd = cargo();
+    cmd.args(["test", "--release", "--workspace"])
+        .args(args)
+        .env("OBSERVER_BIN", &bin);
+    run_checked(&mut cmd).context("tests failed")
+}
