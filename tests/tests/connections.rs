@@ -369,3 +369,145 @@ fn connect_and_first_byte_agree_with_curl() {
         );
     }
 }
+
+#[test]
+fn long_lived_connections_get_periodic_snapshots_with_the_kernels_rtt() {
+    if !require_root("snapshots") || !require_tool("snapshots", "ss") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let watch = Watch::start(&[
+        "--port",
+        &port.to_string(),
+        "--direction",
+        "outbound",
+        "--update-interval",
+        "0.5",
+    ]);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let local = c.local_addr().unwrap().port();
+    let (mut s, _) = listener.accept().unwrap();
+    for _ in 0..50 {
+        c.write_all(b"ping").unwrap();
+        s.read_exact(&mut [0u8; 4]).unwrap();
+        s.write_all(b"pong").unwrap();
+        c.read_exact(&mut [0u8; 4]).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    // The kernel's own view of the client socket's smoothed RTT, e.g. "rtt:0.056/0.005".
+    let ss = Command::new("ss")
+        .args(["-tinH", "src", &format!("127.0.0.1:{local}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(ss.stdout).unwrap();
+    let rtt_ms: f64 = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("rtt:"))
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no rtt in ss output {text:?}"))
+        .parse()
+        .unwrap();
+    drop((c, s));
+    let out = watch.stop();
+    let snaps = out.with("state", &json!("open"));
+    // Open about 2.5 s with a 0.5 s interval: several snapshots, never two in
+    // the same interval.
+    assert!(snaps.len() >= 2, "{:#?}", out.records);
+    assert!(snaps.len() <= 6, "{:#?}", out.records);
+    for s in &snaps {
+        assert_eq!(u(&s["bytes_sent"]), 200, "{s}");
+        assert_eq!(s["end_unix_ns"], Value::Null);
+    }
+    let last = one(out.with("state", &json!("closed")), "final record");
+    assert_eq!(u(&last["bytes_received"]), 200);
+    // ss prints srtt in ms with three decimals; no traffic since, so the last
+    // tcp_probe value must be the same to within rounding.
+    let srtt = u(&last["srtt_us"]) as f64;
+    assert!(
+        (srtt - rtt_ms * 1000.0).abs() <= 1.5,
+        "srtt_us {srtt} vs ss rtt {rtt_ms} ms"
+    );
+}
+
+#[test]
+fn a_process_that_execs_is_reported_under_its_new_executable() {
+    if !require_root("exec") || !require_tool("exec", "python3") || !require_tool("exec", "curl") {
+        return;
+    }
+    let server = Server::start("127.0.0.1", 0, 10);
+    let watch = Watch::start(&[
+        "--port",
+        &server.port.to_string(),
+        "--direction",
+        "outbound",
+    ]);
+    let curl = Command::new("sh")
+        .args(["-c", "command -v curl"])
+        .output()
+        .unwrap();
+    let curl = String::from_utf8(curl.stdout).unwrap().trim().to_owned();
+    let script = format!(
+        "import os, socket\n\
+         s = socket.create_connection(('127.0.0.1', {port})); s.sendall(b'x'); s.recv(100); s.close()\n\
+         os.execv('{curl}', ['curl', '-s', '-o', '/dev/null', '--http0.9', 'http://127.0.0.1:{port}/'])\n",
+        port = server.port
+    );
+    let child = Command::new("python3")
+        .args(["-c", &script])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert!(child.wait_with_output().unwrap().status.success());
+    let out = watch.stop();
+    let mine = out.with("pid", &json!(pid));
+    assert_eq!(mine.len(), 2, "{:#?}", out.records);
+    let exes: Vec<&str> = mine.iter().map(|r| r["exe"].as_str().unwrap()).collect();
+    assert!(exes[0].contains("python"), "{exes:?}");
+    assert_eq!(
+        exes[1],
+        std::fs::canonicalize(&curl).unwrap().to_str().unwrap()
+    );
+    assert_eq!(mine[1]["comm"], json!("curl"));
+}
+
+#[test]
+fn thousands_of_short_connections_are_each_recorded_once() {
+    if !require_root("churn") || !require_tool("churn", "python3") {
+        return;
+    }
+    const N: usize = 3000;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let watch = Watch::start(&["--port", &port.to_string(), "--direction", "outbound"]);
+    let server = std::thread::spawn(move || {
+        for _ in 0..N {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.write_all(b"k");
+        }
+    });
+    let script = format!(
+        "import socket\n\
+         for _ in range({N}):\n    s = socket.create_connection(('127.0.0.1', {port})); s.recv(1); s.close()\n"
+    );
+    let st = Command::new("python3")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    server.join().unwrap();
+    let out = watch.stop();
+    assert_eq!(out.records.len(), N, "one record per connection");
+    let mut ports: Vec<u64> = out.records.iter().map(|r| u(&r["local_port"])).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), N);
+    assert!(out
+        .records
+        .iter()
+        .all(|r| r["comm"] == json!("python3") && u(&r["bytes_received"]) == 1));
+    let d = &out.summary()["dropped"];
+    for k in ["kernel_ring", "kernel_map", "evicted", "channel", "output"] {
+        assert_eq!(d[k], json!(0), "{k}: {d}");
+    }
+}
