@@ -186,18 +186,23 @@ pub enum Counter {
     Closed = 4,
     /// CLOSE seen for a socket not in CONNS (opened before start, or evicted).
     CloseUntracked = 5,
+    /// A new connection found an earlier one under the same socket pointer
+    /// (a reconnect after failure, or a missed destroy); the earlier one was
+    /// sent as closed.
+    Replaced = 6,
 }
 
 pub const COUNTER_SLOTS: u32 = 8;
 
 impl Counter {
-    pub const ALL: [Counter; 6] = [
+    pub const ALL: [Counter; 7] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
         Counter::InboundOpened,
         Counter::Closed,
         Counter::CloseUntracked,
+        Counter::Replaced,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -208,6 +213,7 @@ impl Counter {
             Counter::InboundOpened => "inbound_opened",
             Counter::Closed => "closed",
             Counter::CloseUntracked => "close_untracked",
+            Counter::Replaced => "replaced",
         }
     }
 

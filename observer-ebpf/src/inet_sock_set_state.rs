@@ -75,6 +75,7 @@ fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
     // A socket may connect() again after a failed attempt; the earlier attempt
     // (closed, not yet destroyed) is finished now.
     if let Some(prev) = CONNS.get_ptr(&sk) {
+        count(Counter::Replaced);
         emit_close(sk, prev, now);
     }
     let mut conn = Conn {
@@ -110,6 +111,10 @@ fn on_established(ctx: &TracePointContext, sk: u64) -> Option<()> {
 
 fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
     let now = now_ns();
+    if let Some(prev) = CONNS.get_ptr(&sk) {
+        count(Counter::Replaced);
+        emit_close(sk, prev, now);
+    }
     let mut conn = Conn {
         sk,
         start_ns: now,

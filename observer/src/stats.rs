@@ -46,6 +46,11 @@ pub struct Summary {
     pub decode_errors: u64,
     pub proc_unreadable: u64,
     pub close_untracked: u64,
+    /// Connections whose close the kernel never showed us (see `kernel_missed`),
+    /// found when their socket pointer was reused.
+    pub replaced: u64,
+    /// Per-program run counts, run time and misses.
+    pub programs: Vec<crate::ebpf::prog_stats::ProgStats>,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -54,6 +59,9 @@ pub struct Dropped {
     pub kernel_ring: u64,
     /// CONNS insert failed (connections not tracked).
     pub kernel_map: u64,
+    /// Program runs the kernel skipped because another tracing program was
+    /// running on that CPU (bpf_prog_info.recursion_misses).
+    pub kernel_missed: u64,
     /// Connections that left CONNS without a close event.
     pub evicted: u64,
     /// Userspace channel between reader and correlator was full.
@@ -64,6 +72,11 @@ pub struct Dropped {
 
 impl Dropped {
     pub fn total(&self) -> u64 {
-        self.kernel_ring + self.kernel_map + self.evicted + self.channel + self.output
+        self.kernel_ring
+            + self.kernel_map
+            + self.kernel_missed
+            + self.evicted
+            + self.channel
+            + self.output
     }
 }

@@ -88,6 +88,10 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
 
     eprintln!("{}", ready_line(&reports, opts.max_connections));
     wait_for_stop(args.duration).await?;
+    // Freeze the kernel side first, so the last drain sees every event and the
+    // open-connection snapshot reads a map that no longer changes.
+    let prog_stats = ebpf::prog_stats::read(&bpf);
+    ebpf::detach_all(&mut bpf);
     let _ = stop_tx.send(true);
 
     reader.await.context("reader task")??;
@@ -100,7 +104,8 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     }
     let kernel = ebpf::read_counters(&bpf);
     let k = |c: Counter| kernel.iter().find(|(x, _)| *x == c).map_or(0, |(_, v)| *v);
-    // Dropping `bpf` detaches every program (all links are fd-based).
+    // Dropping `bpf` closes the maps; had anything failed above, the drop would
+    // still detach every program (all links are fd-based).
     drop(bpf);
     Ok(Summary {
         events: Stats::get(&stats.events),
@@ -111,6 +116,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         inbound_opened: k(Counter::InboundOpened),
         dropped: Dropped {
             kernel_ring: k(Counter::RingFull),
+            kernel_missed: prog_stats.iter().map(|p| p.recursion_misses).sum(),
             kernel_map: k(Counter::ConnInsertFailed),
             evicted: evicted.0,
             channel: Stats::get(&stats.channel_full),
@@ -119,6 +125,8 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         decode_errors: Stats::get(&stats.decode_errors),
         proc_unreadable: evicted.1,
         close_untracked: k(Counter::CloseUntracked),
+        replaced: k(Counter::Replaced),
+        programs: prog_stats,
     })
 }
 
@@ -286,7 +294,7 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
     }
     let d = &s.dropped;
     format!(
-        "summary: {} connections closed, {} open-connection snapshots, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, evicted {}, channel {}, output {})",
+        "summary: {} connections closed, {} open-connection snapshots, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {})",
         s.connections_closed,
         s.open_records,
         s.filtered,
@@ -294,6 +302,7 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
         d.total(),
         d.kernel_ring,
         d.kernel_map,
+        d.kernel_missed,
         d.evicted,
         d.channel,
         d.output

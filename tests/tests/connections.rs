@@ -497,16 +497,32 @@ fn thousands_of_short_connections_are_each_recorded_once() {
     assert!(st.success());
     server.join().unwrap();
     let out = watch.stop();
-    assert_eq!(out.records.len(), N, "one record per connection");
+    assert_eq!(
+        out.records.len(),
+        N,
+        "one record per connection; {}",
+        out.summary()
+    );
     let mut ports: Vec<u64> = out.records.iter().map(|r| u(&r["local_port"])).collect();
     ports.sort_unstable();
     ports.dedup();
     assert_eq!(ports.len(), N);
-    assert!(out
+    assert!(out.records.iter().all(|r| r["comm"] == json!("python3")));
+    // The kernel skips a tracepoint program when it fires in a softirq that
+    // interrupted another of our programs on that CPU; each skip is counted
+    // (kernel_missed) and may leave one record short of a byte count or an end.
+    let s = out.summary();
+    let missed = u(&s["dropped"]["kernel_missed"]);
+    let short = out
         .records
         .iter()
-        .all(|r| r["comm"] == json!("python3") && u(&r["bytes_received"]) == 1));
-    let d = &out.summary()["dropped"];
+        .filter(|r| u(&r["bytes_received"]) != 1 || r["end_unix_ns"].is_null())
+        .count() as u64;
+    assert!(
+        short <= missed,
+        "{short} incomplete records, {missed} counted misses"
+    );
+    let d = &s["dropped"];
     for k in ["kernel_ring", "kernel_map", "evicted", "channel", "output"] {
         assert_eq!(d[k], json!(0), "{k}: {d}");
     }

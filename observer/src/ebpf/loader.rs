@@ -150,6 +150,19 @@ fn attach_one(ebpf: &mut Ebpf, program: &str, category: &str, name: &str) -> Res
     Ok(())
 }
 
+/// Detaches and unloads every program, keeping the maps: after this the ring
+/// buffer and CONNS no longer change, so a last drain and snapshot are exact.
+pub fn detach_all(ebpf: &mut Ebpf) {
+    for (name, prog) in ebpf.programs_mut() {
+        let tp: Result<&mut TracePoint, _> = prog.try_into();
+        if let Ok(tp) = tp {
+            if let Err(e) = tp.unload() {
+                tracing::debug!(program = name, "unload: {e}");
+            }
+        }
+    }
+}
+
 /// Sums the per-CPU kernel counters.
 pub fn read_counters(ebpf: &Ebpf) -> Vec<(Counter, u64)> {
     let Some(map) = ebpf.map(COUNTERS_MAP) else {

@@ -2,8 +2,10 @@
 
 mod loader;
 mod probes;
+pub mod prog_stats;
 
 pub use loader::{
-    attach, attach_spec, load, read_counters, KernelConnMap, LoadError, LoadOptions, Loaded,
+    attach, attach_spec, detach_all, load, read_counters, KernelConnMap, LoadError, LoadOptions,
+    Loaded,
 };
 pub use probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};
