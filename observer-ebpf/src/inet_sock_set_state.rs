@@ -72,12 +72,6 @@ fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
         return None;
     }
     let now = now_ns();
-    // A socket may connect() again after a failed attempt; the earlier attempt
-    // (closed, not yet destroyed) is finished now.
-    if let Some(prev) = CONNS.get_ptr(&sk) {
-        count(Counter::Replaced);
-        emit_close(sk, prev, now);
-    }
     let mut conn = Conn {
         sk,
         start_ns: now,
@@ -89,11 +83,7 @@ fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
         ..Conn::default()
     };
     fill_tuple(ctx, &mut conn);
-    if CONNS.insert(&sk, &conn, 0).is_err() {
-        count(Counter::ConnInsertFailed);
-        return None;
-    }
-    count(Counter::OutboundOpened);
+    track(sk, &conn, Counter::OutboundOpened, now)?;
     emit_owner(sk, &conn, now);
     Some(())
 }
@@ -111,10 +101,6 @@ fn on_established(ctx: &TracePointContext, sk: u64) -> Option<()> {
 
 fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
     let now = now_ns();
-    if let Some(prev) = CONNS.get_ptr(&sk) {
-        count(Counter::Replaced);
-        emit_close(sk, prev, now);
-    }
     let mut conn = Conn {
         sk,
         start_ns: now,
@@ -124,11 +110,23 @@ fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
         ..Conn::default()
     };
     fill_tuple(ctx, &mut conn);
-    if CONNS.insert(&sk, &conn, 0).is_err() {
+    track(sk, &conn, Counter::InboundOpened, now)
+}
+
+/// Starts tracking `conn`. An earlier connection still under the same socket
+/// pointer is finished first: a socket may connect() again after a failed
+/// attempt, and a CLOSE the kernel did not run us for leaves a stale entry.
+#[inline(always)]
+fn track(sk: u64, conn: &Conn, opened: Counter, now: u64) -> Option<()> {
+    if let Some(prev) = CONNS.get_ptr(&sk) {
+        count(Counter::Replaced);
+        emit_close(sk, prev, now);
+    }
+    if CONNS.insert(&sk, conn, 0).is_err() {
         count(Counter::ConnInsertFailed);
         return None;
     }
-    count(Counter::InboundOpened);
+    count(opened);
     Some(())
 }
 
