@@ -15,8 +15,15 @@ pub const CONNS_MAP: &str = "CONNS";
 pub const COUNTERS_MAP: &str = "COUNTERS";
 /// Global (load-time constant): the observer's own tgid, never observed.
 pub const OWN_TGID_GLOBAL: &str = "OWN_TGID";
+/// Global (u64): ring fill level in bytes above which a record wakes the reader;
+/// below it the reader finds records on its poll timer.
+pub const WAKEUP_BYTES_GLOBAL: &str = "WAKEUP_BYTES";
+/// How often the reader drains the ring without being woken.
+pub const POLL_INTERVAL_MS: u64 = 50;
 /// Global: byte offset of `sk_err` in `struct sock` (from BTF); 0 when unknown.
 pub const SK_ERR_OFFSET_GLOBAL: &str = "SK_ERR_OFFSET";
+/// Global: byte offset of `srtt_us` in `struct tcp_sock` (from BTF); 0 when unknown.
+pub const SRTT_US_OFFSET_GLOBAL: &str = "SRTT_US_OFFSET";
 /// Global: 1 when `tcp:tcp_destroy_sock` is attached, so a closed connection's
 /// record goes out when the socket is destroyed (after any RST sent on close
 /// and the errno set); 0 to send it at CLOSE.
@@ -117,7 +124,8 @@ pub struct Conn {
     pub tx_calls: u32,
     pub rx_calls: u32,
     pub retransmits: u32,
-    /// Last smoothed RTT in microseconds from tcp:tcp_probe (0: none seen).
+    /// Smoothed RTT in microseconds, read from the socket at close (and at the
+    /// first byte each way, for snapshots); 0: unknown.
     pub srtt_us: u32,
     pub resets_rx: u16,
     pub resets_tx: u16,
@@ -161,7 +169,22 @@ pub struct CloseEvent {
     pub conn: Conn,
 }
 
-/// Record for [`EventKind::Exec`] and [`EventKind::Exit`].
+/// Bytes of the exec'd path kept (longer paths are cut).
+pub const EXEC_PATH_LEN: usize = 256;
+
+/// Record for [`EventKind::Exec`]: the path the process exec'd, as given to
+/// exec (NUL-terminated), so userspace knows the executable even when the
+/// process is gone before it could look at /proc.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExecEvent {
+    pub hdr: EventHeader,
+    pub pid: u32,
+    pub _pad: u32,
+    pub filename: [u8; EXEC_PATH_LEN],
+}
+
+/// Record for [`EventKind::Exit`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcessEvent {
@@ -236,3 +259,4 @@ const _: () = assert!(core::mem::size_of::<Conn>() == 176);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 40);
 const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 176);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<ExecEvent>() == 24 + EXEC_PATH_LEN);

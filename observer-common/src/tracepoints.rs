@@ -81,12 +81,8 @@ layout!(tcp_send_reset, "tcp", "tcp_send_reset", {
     SKADDR: "skaddr" @ 16 / 8,
 });
 
-layout!(tcp_probe, "tcp", "tcp_probe", {
-    SRTT: "srtt" @ 100 / 4,
-    SKADDR: "skaddr" @ 128 / 8,
-});
-
 layout!(sched_process_exec, "sched", "sched_process_exec", {
+    FILENAME: "filename" @ 8 / 4,
     PID: "pid" @ 12 / 4,
 });
 

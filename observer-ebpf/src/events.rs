@@ -4,7 +4,23 @@
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 use observer_common::{CloseEvent, Conn, Counter, EventKind, OwnerEvent};
 
-use crate::maps::{count, sk_err_offset, CONNS, EVENTS};
+use crate::maps::{count, sk_err_offset, srtt_us_offset, wakeup_bytes, CONNS, EVENTS};
+
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+
+/// Waking the reader for every record costs over a microsecond each; instead
+/// the reader polls on a short timer and is woken only when the ring holds
+/// more than WAKEUP_BYTES, so a burst can never outrun the timer.
+#[inline(always)]
+pub fn submit_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= wakeup_bytes() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
 
 /// Tells userspace who owns `sk` so it can resolve the executable while the
 /// process still exists.
@@ -25,7 +41,7 @@ pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
                 (*ev).direction = conn.direction;
                 (*ev)._pad = [0; 7];
             }
-            entry.submit(0);
+            entry.submit(submit_flags());
         }
         None => count(Counter::RingFull),
     }
@@ -45,7 +61,7 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
                 (*ev).hdr.ts_ns = now;
                 (*ev).conn = *conn;
             }
-            entry.submit(0);
+            entry.submit(submit_flags());
         }
         None => count(Counter::RingFull),
     }
@@ -53,15 +69,27 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
     let _ = CONNS.remove(&sk);
 }
 
-/// The socket's pending error (`sk->sk_err`), or 0 when its offset is unknown.
+/// Reads a 32-bit field of the socket at `off` (0: offset unknown -> 0).
 #[inline(always)]
-pub fn sk_err(sk: u64) -> u32 {
-    let off = sk_err_offset();
+fn sk_u32(sk: u64, off: u32) -> u32 {
     if off == 0 {
         return 0;
     }
     // SAFETY: bpf_probe_read_kernel tolerates any address; `sk` is a live
     // socket passed by the tracepoint.
-    unsafe { bpf_probe_read_kernel((sk + u64::from(off)) as *const i32) }
-        .map_or(0, |e| e.unsigned_abs())
+    unsafe { bpf_probe_read_kernel((sk + u64::from(off)) as *const u32) }.unwrap_or(0)
+}
+
+/// The socket's pending error (`sk->sk_err`), positive.
+#[inline(always)]
+pub fn sk_err(sk: u64) -> u32 {
+    (sk_u32(sk, sk_err_offset()) as i32).unsigned_abs()
+}
+
+/// The smoothed RTT in microseconds (`tcp_sk(sk)->srtt_us >> 3`). Read from the
+/// socket when needed rather than from tcp:tcp_probe, which would run for every
+/// received segment.
+#[inline(always)]
+pub fn sk_srtt_us(sk: u64) -> u32 {
+    sk_u32(sk, srtt_us_offset()) >> 3
 }

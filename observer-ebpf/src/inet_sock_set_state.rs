@@ -21,7 +21,7 @@ use observer_common::{
 
 use crate::{
     ctx::{field, now_ns},
-    events::{emit_close, emit_owner, sk_err},
+    events::{emit_close, emit_owner, sk_err, sk_srtt_us},
     maps::{count, emit_at_destroy, own_tgid, CONNS},
 };
 
@@ -44,6 +44,7 @@ fn try_inet_sock_set_state(ctx: &TracePointContext) -> Option<()> {
         (SYN_SENT, ESTABLISHED) => on_established(ctx, sk),
         (SYN_RECV, ESTABLISHED) => on_accepted(ctx, sk),
         (_, CLOSE) => on_close(ctx, sk, old),
+        (ESTABLISHED, _) => on_closing(sk),
         _ => None,
     }
 }
@@ -130,6 +131,15 @@ fn track(sk: u64, conn: &Conn, opened: Counter, now: u64) -> Option<()> {
     Some(())
 }
 
+/// Leaving ESTABLISHED (FIN sent or received): keep the RTT the connection had
+/// while it carried data, before the FIN exchange adds its own samples.
+fn on_closing(sk: u64) -> Option<()> {
+    let conn = CONNS.get_ptr_mut(&sk)?;
+    // SAFETY: a pointer into a map value, valid for this program run.
+    unsafe { (*conn).srtt_us = sk_srtt_us(sk) };
+    Some(())
+}
+
 /// Marks the connection closed. The kernel sets `sk_err` before it moves a
 /// failed socket to CLOSE, so a timeout or unreachable host reads here.
 fn on_close(ctx: &TracePointContext, sk: u64, old: i32) -> Option<()> {
@@ -146,6 +156,9 @@ fn on_close(ctx: &TracePointContext, sk: u64, old: i32) -> Option<()> {
     c.end_ns = now;
     c.close_from_state = old as u32;
     c.error = sk_err(sk);
+    if old == ESTABLISHED || c.srtt_us == 0 {
+        c.srtt_us = sk_srtt_us(sk);
+    }
     // A refused connect has its source port only now.
     c.sport = field(ctx, f::SPORT);
     if !emit_at_destroy() {

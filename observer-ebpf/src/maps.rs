@@ -26,11 +26,29 @@ static OWN_TGID: u32 = 0;
 #[no_mangle]
 static SK_ERR_OFFSET: u32 = 0;
 
+/// Byte offset of `srtt_us` in `struct tcp_sock`, from BTF; 0 when unknown.
+#[no_mangle]
+static SRTT_US_OFFSET: u32 = 0;
+
+#[inline(always)]
+pub fn srtt_us_offset() -> u32 {
+    unsafe { core::ptr::read_volatile(&SRTT_US_OFFSET) }
+}
+
 /// 1: send a closed connection's record when the socket is destroyed.
 #[no_mangle]
 static EMIT_AT_DESTROY: u32 = 0;
 
-// SAFETY (all three readers): read_volatile keeps the compiler from folding
+/// Ring buffer fill level (bytes) above which a record wakes the reader.
+#[no_mangle]
+static WAKEUP_BYTES: u64 = 0;
+
+#[inline(always)]
+pub fn wakeup_bytes() -> u64 {
+    unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) }
+}
+
+// SAFETY (all the readers here): read_volatile keeps the compiler from folding
 // load-time constants that the loader rewrites.
 #[inline(always)]
 pub fn own_tgid() -> u32 {

@@ -1,20 +1,47 @@
 //! `sched:sched_process_exec` and `sched:sched_process_exit`: tell userspace when
-//! a pid's executable changes or its process ends, so cached process details
-//! (exe path, name) are never stale. One record per exec or process exit.
+//! a pid's executable changes (and to what) or its process ends, so cached
+//! process details are never stale and short-lived processes still get their
+//! executable. One record per exec or process exit.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes},
+    macros::tracepoint,
+    programs::TracePointContext,
+    EbpfContext,
 };
-use observer_common::{EventKind, ProcessEvent};
+use observer_common::{tracepoints::sched_process_exec as f, EventKind, ExecEvent, ProcessEvent};
 
 use crate::{
-    ctx::now_ns,
+    ctx::{field, now_ns},
+    events::submit_flags,
     maps::{count, EVENTS},
 };
 
+/// Format: filename (__data_loc char[]), pid, old_pid.
 #[tracepoint]
-pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
-    emit((bpf_get_current_pid_tgid() >> 32) as u32, EventKind::Exec);
+pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
+    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
+        count(observer_common::Counter::RingFull);
+        return 0;
+    };
+    let ev = entry.as_mut_ptr();
+    // __data_loc: low 16 bits the offset of the string in the record, high 16
+    // bits its length.
+    let loc: u32 = field(&ctx, f::FILENAME);
+    let src = (ctx.as_ptr() as u64 + u64::from(loc & 0xffff)) as *const u8;
+    // SAFETY: `ev` points at a reserved record of the right size; the string
+    // read is bounded by the destination and tolerates a bad source.
+    unsafe {
+        (*ev).hdr.kind = EventKind::Exec as u32;
+        (*ev).hdr.size = core::mem::size_of::<ExecEvent>() as u32;
+        (*ev).hdr.ts_ns = now_ns();
+        (*ev).pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        (*ev)._pad = 0;
+        if bpf_probe_read_kernel_str_bytes(src, &mut (*ev).filename).is_err() {
+            (*ev).filename[0] = 0;
+        }
+    }
+    entry.submit(submit_flags());
     0
 }
 
@@ -23,27 +50,23 @@ pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    if pid_tgid >> 32 == pid_tgid & 0xffff_ffff {
-        emit((pid_tgid >> 32) as u32, EventKind::Exit);
+    if pid_tgid >> 32 != pid_tgid & 0xffff_ffff {
+        return 0;
     }
-    0
-}
-
-#[inline(always)]
-fn emit(pid: u32, kind: EventKind) {
     match EVENTS.reserve::<ProcessEvent>(0) {
         Some(mut entry) => {
             let ev = entry.as_mut_ptr();
             // SAFETY: `ev` points at a reserved record of the right size.
             unsafe {
-                (*ev).hdr.kind = kind as u32;
+                (*ev).hdr.kind = EventKind::Exit as u32;
                 (*ev).hdr.size = core::mem::size_of::<ProcessEvent>() as u32;
                 (*ev).hdr.ts_ns = now_ns();
-                (*ev).pid = pid;
+                (*ev).pid = (pid_tgid >> 32) as u32;
                 (*ev)._pad = 0;
             }
-            entry.submit(0);
+            entry.submit(submit_flags());
         }
         None => count(observer_common::Counter::RingFull),
     }
+    0
 }

@@ -16,7 +16,7 @@ use observer_common::{
 
 use crate::{
     ctx::{field, now_ns},
-    events::emit_owner,
+    events::{emit_owner, sk_srtt_us},
     maps::{own_tgid, CONNS},
 };
 
@@ -74,6 +74,8 @@ fn try_io(ctx: &TracePointContext, tx: bool) -> Option<()> {
     };
     if *first == 0 {
         *first = now;
+        // Once per direction, so snapshots of open connections carry an RTT.
+        conn.srtt_us = sk_srtt_us(sk);
     }
     *last = now;
     *bytes += ret as u64;

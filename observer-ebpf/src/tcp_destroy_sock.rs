@@ -11,7 +11,7 @@ use observer_common::tracepoints::tcp_destroy_sock as f;
 
 use crate::{
     ctx::{field, now_ns},
-    events::{emit_close, sk_err},
+    events::{emit_close, sk_err, sk_srtt_us},
     maps::CONNS,
 };
 
@@ -29,6 +29,9 @@ pub fn tcp_destroy_sock(ctx: TracePointContext) -> u32 {
         }
         if (*conn).error == 0 {
             (*conn).error = sk_err(sk);
+        }
+        if (*conn).srtt_us == 0 {
+            (*conn).srtt_us = sk_srtt_us(sk);
         }
     }
     emit_close(sk, conn, now);

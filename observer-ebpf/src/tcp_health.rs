@@ -1,6 +1,7 @@
-//! `tcp:tcp_retransmit_skb`, `tcp:tcp_receive_reset`, `tcp:tcp_send_reset` and
-//! `tcp:tcp_probe`: the health of a tracked connection. All carry the socket
-//! pointer; sockets we do not track cost one map lookup.
+//! `tcp:tcp_retransmit_skb`, `tcp:tcp_receive_reset` and `tcp:tcp_send_reset`:
+//! the health of a tracked connection. All carry the socket pointer; sockets we
+//! do not track cost one map lookup. (The RTT is read from the socket instead
+//! of tcp:tcp_probe, which runs for every received segment.)
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use observer_common::{tracepoints, FLAG_RESET_RX};
@@ -45,18 +46,6 @@ pub fn tcp_send_reset(ctx: TracePointContext) -> u32 {
     if let Some(conn) = CONNS.get_ptr_mut(&sk) {
         // SAFETY: map value valid for this program run.
         unsafe { (*conn).resets_tx = (*conn).resets_tx.saturating_add(1) };
-    }
-    0
-}
-
-/// Format (6.x): ..., srtt (already in microseconds), ..., skaddr. Fires for
-/// every segment received on an established socket.
-#[tracepoint]
-pub fn tcp_probe(ctx: TracePointContext) -> u32 {
-    let sk: u64 = field(&ctx, tracepoints::tcp_probe::SKADDR);
-    if let Some(conn) = CONNS.get_ptr_mut(&sk) {
-        // SAFETY: map value valid for this program run.
-        unsafe { (*conn).srtt_us = field(&ctx, tracepoints::tcp_probe::SRTT) };
     }
     0
 }

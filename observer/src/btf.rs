@@ -104,10 +104,23 @@ pub fn member_offset(btf: &[u8], strukt: &str, member: &str) -> Result<u32, BtfE
     })
 }
 
-/// Offset of `struct sock`'s `sk_err` in the running kernel.
-pub fn sk_err_offset() -> Result<u32, String> {
+/// Where the socket fields the eBPF programs read sit in the running kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KernelOffsets {
+    /// `struct sock`'s `sk_err`: the errno of a failed connection.
+    pub sk_err: u32,
+    /// `struct tcp_sock`'s `srtt_us` (smoothed RTT << 3).
+    pub srtt_us: u32,
+}
+
+/// Reads both offsets from the running kernel's BTF.
+pub fn kernel_offsets() -> Result<KernelOffsets, String> {
     let data = std::fs::read(Path::new(VMLINUX)).map_err(|e| format!("{VMLINUX}: {e}"))?;
-    member_offset(&data, "sock", "sk_err").map_err(|e| e.to_string())
+    let get = |s: &str, m: &str| member_offset(&data, s, m).map_err(|e| e.to_string());
+    Ok(KernelOffsets {
+        sk_err: get("sock", "sk_err")?,
+        srtt_us: get("tcp_sock", "srtt_us")?,
+    })
 }
 
 #[cfg(test)]
@@ -176,8 +189,16 @@ mod tests {
             eprintln!("SKIPPED: this kernel has no BTF");
             return;
         }
-        let off = sk_err_offset().expect("sock.sk_err in vmlinux BTF");
-        // struct sock is hundreds of bytes; sk_err is well inside, int-aligned.
-        assert!(off > 100 && off < 2000 && off.is_multiple_of(4), "{off}");
+        let off = kernel_offsets().expect("sock.sk_err and tcp_sock.srtt_us in vmlinux BTF");
+        // struct sock is hundreds of bytes; sk_err is well inside, int-aligned;
+        // tcp_sock embeds struct sock, so srtt_us lies beyond it.
+        assert!(
+            off.sk_err > 100 && off.sk_err < 2000 && off.sk_err.is_multiple_of(4),
+            "{off:?}"
+        );
+        assert!(
+            off.srtt_us > 700 && off.srtt_us.is_multiple_of(4),
+            "{off:?}"
+        );
     }
 }

@@ -14,7 +14,7 @@ use crate::{
     clock::Clock,
     decode::Event,
     process::ProcessCache,
-    record::{comm_str, ConnRecord, Owner, State},
+    record::{comm_str, comm_str_n, ConnRecord, Owner, State},
 };
 
 /// Read access to the kernel's live connection map (a trait so the table can
@@ -98,7 +98,11 @@ impl ConnTable {
                     State::Closed,
                 ))
             }
-            Event::Exec { pid } | Event::Exit { pid } => {
+            Event::Exec { pid, filename } => {
+                self.procs.exec(pid, &comm_str_n(&filename));
+                None
+            }
+            Event::Exit { pid } => {
                 self.procs.forget(pid);
                 None
             }
@@ -296,7 +300,17 @@ mod tests {
         let me = std::process::id();
         t.handle(owner_event(1, me));
         assert_eq!(t.procs.len(), 1);
-        t.handle(Event::Exec { pid: me });
+        let mut filename = [0u8; 256];
+        filename[..9].copy_from_slice(b"/bin/true");
+        t.handle(Event::Exec { pid: me, filename });
+        let exe = t
+            .procs
+            .get(me)
+            .exe
+            .clone()
+            .expect("exe from the exec event");
+        assert!(exe.ends_with("true"), "{exe}");
+        t.handle(Event::Exit { pid: me });
         assert!(t.procs.is_empty());
     }
 }

@@ -1,6 +1,8 @@
 //! The one place that turns ring-buffer bytes into typed events.
 
-use observer_common::{CloseEvent, Conn, EventHeader, EventKind, OwnerEvent, ProcessEvent};
+use observer_common::{
+    CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, EXEC_PATH_LEN,
+};
 
 /// A decoded ring-buffer record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,8 +18,11 @@ pub enum Event {
     },
     /// A connection closed; its final state.
     Close(Conn),
-    /// `pid` called exec.
-    Exec { pid: u32 },
+    /// `pid` exec'd `filename` (NUL-terminated, as given to exec).
+    Exec {
+        pid: u32,
+        filename: [u8; EXEC_PATH_LEN],
+    },
     /// Process `pid` exited.
     Exit { pid: u32 },
 }
@@ -74,13 +79,16 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let ev: CloseEvent = read(bytes, hdr.kind)?;
             Ok(Event::Close(ev.conn))
         }
-        EventKind::Exec | EventKind::Exit => {
-            let ev: ProcessEvent = read(bytes, hdr.kind)?;
-            Ok(if kind == EventKind::Exec {
-                Event::Exec { pid: ev.pid }
-            } else {
-                Event::Exit { pid: ev.pid }
+        EventKind::Exec => {
+            let ev: ExecEvent = read(bytes, hdr.kind)?;
+            Ok(Event::Exec {
+                pid: ev.pid,
+                filename: ev.filename,
             })
+        }
+        EventKind::Exit => {
+            let ev: ProcessEvent = read(bytes, hdr.kind)?;
+            Ok(Event::Exit { pid: ev.pid })
         }
     }
 }
@@ -151,11 +159,24 @@ mod tests {
             _pad: 0,
         };
         assert_eq!(decode(as_bytes(&p)), Ok(Event::Exit { pid: 99 }));
-        let p = ProcessEvent {
+        let mut filename = [0u8; EXEC_PATH_LEN];
+        filename[..9].copy_from_slice(b"/bin/true");
+        let e = ExecEvent {
+            hdr: hdr(EventKind::Exec, std::mem::size_of::<ExecEvent>()),
+            pid: 98,
+            _pad: 0,
+            filename,
+        };
+        assert_eq!(decode(as_bytes(&e)), Ok(Event::Exec { pid: 98, filename }));
+        // An exit-sized record claiming to be an exec is refused.
+        let short = ProcessEvent {
             hdr: hdr(EventKind::Exec, 24),
             ..p
         };
-        assert_eq!(decode(as_bytes(&p)), Ok(Event::Exec { pid: 99 }));
+        assert!(matches!(
+            decode(as_bytes(&short)),
+            Err(DecodeError::BadSize { .. })
+        ));
     }
 
     #[test]

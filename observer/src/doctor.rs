@@ -24,8 +24,10 @@ pub struct Report {
     pub tracefs: Option<String>,
     /// Why the eBPF object could not be loaded, if it could not.
     pub load_error: Option<String>,
-    /// `struct sock`'s `sk_err` offset from BTF (null: timeout/unreachable errors lost).
-    pub sk_err_offset: Option<u32>,
+    /// Socket field offsets from BTF (null: timeout/unreachable errors and RTT lost).
+    pub offsets: Option<crate::btf::KernelOffsets>,
+    /// Why the offsets are unknown.
+    pub offsets_error: Option<String>,
     /// Records wait for tcp:tcp_destroy_sock (else they go out at CLOSE).
     pub emit_at_destroy: bool,
     pub probes: Vec<ProbeReport>,
@@ -65,7 +67,8 @@ pub fn run() -> Report {
         privileged: p.sufficient(),
         tracefs: None,
         load_error: None,
-        sk_err_offset: None,
+        offsets: None,
+        offsets_error: None,
         emit_at_destroy: false,
         probes: Vec::new(),
         ok: false,
@@ -94,7 +97,8 @@ pub fn run() -> Report {
         }
     };
     // Attach each row on its own so a required failure still lists the rest.
-    report.sk_err_offset = loaded.sk_err_offset.clone().ok();
+    report.offsets = loaded.offsets.clone().ok();
+    report.offsets_error = loaded.offsets.clone().err();
     report.emit_at_destroy = loaded.emit_at_destroy;
     report.probes = PROBES
         .iter()
@@ -143,12 +147,14 @@ pub fn print(r: &Report) {
         println!("  eBPF object  NOT LOADED: {e}");
     } else {
         println!("  eBPF object  loaded (ring buffer, connection map, counters)");
-        match r.sk_err_offset {
-            Some(off) => {
-                println!("  sock.sk_err  offset {off} (from BTF): timeout/unreachable errors")
-            }
-            None => println!(
-                "  sock.sk_err  unknown (no BTF): \"timeout\" and \"unreachable\" errors lost"
+        match (&r.offsets, &r.offsets_error) {
+            (Some(o), _) => println!(
+                "  BTF offsets  sock.sk_err {}, tcp_sock.srtt_us {}: errors and RTT readable",
+                o.sk_err, o.srtt_us
+            ),
+            (None, e) => println!(
+                "  BTF offsets  unknown ({}): \"timeout\"/\"unreachable\" errors and srtt_us lost",
+                e.as_deref().unwrap_or("?")
             ),
         }
     }

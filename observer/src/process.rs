@@ -55,9 +55,33 @@ impl ProcessCache {
         })
     }
 
-    /// Forgets `pid` (it exec'd or exited).
+    /// Forgets `pid` (it exited).
     pub fn forget(&mut self, pid: u32) {
         self.entries.remove(&pid);
+    }
+
+    /// `pid` exec'd `path` (as given to exec). An absolute path is resolved
+    /// here, while the file surely exists, so that even a process gone before
+    /// its first connection is seen has its executable; the name is the
+    /// kernel's thread name until /proc is read. Anything else: read /proc later.
+    pub fn exec(&mut self, pid: u32, path: &str) {
+        self.entries.remove(&pid);
+        if !path.starts_with('/') {
+            return;
+        }
+        let exe = std::fs::canonicalize(path)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| path.to_owned());
+        let comm = std::fs::read_to_string(self.root.join(pid.to_string()).join("comm"))
+            .ok()
+            .map(|s| s.trim_end_matches('\n').to_owned());
+        self.entries.insert(
+            pid,
+            ProcInfo {
+                comm,
+                exe: Some(exe),
+            },
+        );
     }
 
     pub fn len(&self) -> usize {
@@ -98,6 +122,17 @@ mod tests {
         assert_eq!(cache.get(5).comm.as_deref(), Some("fake"), "cached");
         cache.forget(5);
         assert_eq!(cache.get(5).comm.as_deref(), Some("renamed"));
+        // An exec'd path is resolved at once (symlinks too), /proc or not.
+        cache.exec(7, "/proc/self/exe");
+        let me = std::env::current_exe().expect("exe");
+        assert_eq!(cache.get(7).exe.as_deref(), me.to_str());
+        assert_eq!(cache.get(7).comm, None, "no /proc entry for 7 here");
+        cache.exec(5, "relative/path");
+        assert_eq!(
+            cache.get(5).comm.as_deref(),
+            Some("renamed"),
+            "read from /proc"
+        );
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

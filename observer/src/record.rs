@@ -80,8 +80,13 @@ pub struct ConnRecord {
 
 /// The kernel's thread name: bytes up to the first NUL.
 pub fn comm_str(comm: &[u8; 16]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
+    comm_str_n(comm)
+}
+
+/// A NUL-terminated kernel string of any fixed size.
+pub fn comm_str_n(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 /// Formats a tracepoint address; v4-mapped IPv6 addresses are reported as the

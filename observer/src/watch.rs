@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
-use observer_common::{Counter, EVENTS_MAP};
+use observer_common::{Counter, EVENTS_MAP, POLL_INTERVAL_MS};
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{signal, SignalKind},
@@ -50,8 +50,10 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     let tracefs = tracefs::find_or_mount()?;
     let mut loaded = ebpf::load(&opts, &tracefs)?;
     let reports = ebpf::attach(&mut loaded, &tracefs)?;
-    if let Err(e) = &loaded.sk_err_offset {
-        tracing::warn!("no sk_err offset ({e}): \"timeout\" and \"unreachable\" errors are lost");
+    if let Err(e) = &loaded.offsets {
+        tracing::warn!(
+            "no socket field offsets ({e}): \"timeout\"/\"unreachable\" errors and RTTs are lost"
+        );
     }
     let mut bpf = loaded.ebpf;
     let ring = RingBuf::try_from(bpf.take_map(EVENTS_MAP).context("no EVENTS map")?)
@@ -160,16 +162,20 @@ async fn wait_for_stop(duration: Option<Duration>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Drains the ring buffer whenever it is readable; on stop, drains it once more
-/// and returns (dropping the sender ends the correlator).
+/// Drains the ring buffer on a short timer, and at once when the kernel wakes
+/// us (the ring is filling); on stop, drains it once more and returns
+/// (dropping the sender ends the correlator).
 async fn read_ring(
     mut ring: AsyncFd<RingBuf<MapData>>,
     tx: mpsc::Sender<Vec<Event>>,
     mut stop: watch::Receiver<bool>,
     stats: Arc<Stats>,
 ) -> anyhow::Result<()> {
+    let mut poll = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = poll.tick() => drain(ring.get_mut(), &tx, &stats),
             guard = ring.readable_mut() => {
                 let mut guard = guard.context("polling the ring buffer")?;
                 drain(guard.get_inner_mut(), &tx, &stats);

@@ -421,8 +421,8 @@ fn long_lived_connections_get_periodic_snapshots_with_the_kernels_rtt() {
     }
     let last = one(out.with("state", &json!("closed")), "final record");
     assert_eq!(u(&last["bytes_received"]), 200);
-    // ss prints srtt in ms with three decimals; no traffic since, so the last
-    // tcp_probe value must be the same to within rounding.
+    // ss prints srtt in ms with three decimals; no traffic since, so the value
+    // read from the socket at close must be the same to within rounding.
     let srtt = u(&last["srtt_us"]) as f64;
     assert!(
         (srtt - rtt_ms * 1000.0).abs() <= 1.5,

@@ -13,7 +13,6 @@ const NAMES: &[&str] = &[
     "tcp_retransmit_skb",
     "tcp_receive_reset",
     "tcp_send_reset",
-    "tcp_probe",
     "tcp_destroy_sock",
     "sched_process_exec",
     "sched_process_exit",

@@ -4,6 +4,7 @@
 //! needs nothing but these commands. xtask orchestrates; the eBPF object itself
 //! is built by observer/build.rs.
 
+mod bench;
 mod setup;
 mod test;
 
@@ -35,6 +36,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Measure what observing costs against a baseline and the bpftrace peer (as root).
+    Bench(bench::BenchArgs),
     /// Run every test: unit tests and the end-to-end tests (as root).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -63,6 +66,10 @@ fn main() -> Result<()> {
                 .status()
                 .with_context(|| format!("running {}", bin.display()))?;
             std::process::exit(status.code().unwrap_or(1));
+        }
+        Task::Bench(args) => {
+            setup::run()?;
+            bench::run(&args)
         }
         Task::Test { args } => {
             setup::run()?;

@@ -11,6 +11,7 @@ use aya::{
 use observer_common::{
     tracepoints, Conn, Counter, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL, SK_ERR_OFFSET_GLOBAL,
+    SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
 use super::probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};
@@ -60,9 +61,9 @@ pub struct Loaded {
     pub ebpf: Ebpf,
     /// Records go out when the socket is destroyed (tcp:tcp_destroy_sock).
     pub emit_at_destroy: bool,
-    /// Where `sk_err` sits in `struct sock`, or why that is unknown (then
-    /// "timeout" and "unreachable" errors are lost).
-    pub sk_err_offset: Result<u32, String>,
+    /// Where `sk_err` and `srtt_us` sit in the kernel's socket structs, or why
+    /// that is unknown (then "timeout"/"unreachable" errors and RTTs are lost).
+    pub offsets: Result<crate::btf::KernelOffsets, String>,
 }
 
 /// Parses the object and creates its maps. Load-time constants: our own tgid
@@ -73,13 +74,18 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
         return Err(LoadError::NotPrivileged);
     }
     let own = std::process::id();
-    let sk_err_offset = crate::btf::sk_err_offset();
-    let off = *sk_err_offset.as_ref().unwrap_or(&0);
+    let offsets = crate::btf::kernel_offsets();
+    let (sk_err, srtt) = offsets.as_ref().map_or((0, 0), |o| (o.sk_err, o.srtt_us));
     let emit_at_destroy =
         tracefs::check_layout(tracefs, &tracepoints::tcp_destroy_sock::LAYOUT).is_ok();
+    // Wake the reader at an eighth full: at 40 MB/s of events that is every
+    // ~13 ms, well inside the ring even if the poll timer is late.
+    let wakeup = u64::from(opts.ring_bytes / 8);
     let ebpf = EbpfLoader::new()
         .override_global(OWN_TGID_GLOBAL, &own, true)
-        .override_global(SK_ERR_OFFSET_GLOBAL, &off, true)
+        .override_global(WAKEUP_BYTES_GLOBAL, &wakeup, true)
+        .override_global(SK_ERR_OFFSET_GLOBAL, &sk_err, true)
+        .override_global(SRTT_US_OFFSET_GLOBAL, &srtt, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .map_max_entries(CONNS_MAP, opts.max_connections)
         .map_max_entries(EVENTS_MAP, opts.ring_bytes)
@@ -87,7 +93,7 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
     Ok(Loaded {
         ebpf,
         emit_at_destroy,
-        sk_err_offset,
+        offsets,
     })
 }
 

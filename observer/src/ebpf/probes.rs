@@ -54,12 +54,6 @@ pub const PROBES: &[ProbeSpec] = &[
         feature: "resets sent",
     },
     ProbeSpec {
-        program: "tcp_probe",
-        layout: tracepoints::tcp_probe::LAYOUT,
-        required: false,
-        feature: "smoothed RTT (srtt_us)",
-    },
-    ProbeSpec {
         program: "tcp_destroy_sock",
         layout: tracepoints::tcp_destroy_sock::LAYOUT,
         required: false,

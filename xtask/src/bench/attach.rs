@@ -1,0 +1,167 @@
+//! What is attached during a measurement: nothing (baseline), observer, or the
+//! bpftrace reference peer. Each runs as its own process so its CPU time and
+//! peak memory can be read from /proc.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use anyhow::{bail, Context as _, Result};
+use serde_json::Value;
+
+use super::proc::{cpu_seconds, peak_rss_bytes};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Baseline,
+    Observer,
+    Peer,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Baseline => "baseline",
+            Mode::Observer => "observer",
+            Mode::Peer => "bpftrace",
+        }
+    }
+}
+
+pub struct Attached {
+    child: Option<Child>,
+    lines: Option<mpsc::Receiver<String>>,
+}
+
+fn forward_lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(Result::ok) {
+            // Keep draining even when nobody listens, so the child never blocks.
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+fn wait_for(rx: &mpsc::Receiver<String>, prefix: &str, what: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.starts_with(prefix) => return Ok(()),
+            Ok(_) => {}
+            Err(_) => bail!("{what} never printed `{prefix}`"),
+        }
+    }
+}
+
+/// The libssl that nginx and wrk map, for the peer's uprobes.
+pub fn libssl() -> Result<String> {
+    for p in [
+        "/usr/lib/x86_64-linux-gnu/libssl.so.3",
+        "/lib/x86_64-linux-gnu/libssl.so.3",
+        "/usr/lib64/libssl.so.3",
+    ] {
+        if Path::new(p).exists() {
+            return Ok(p.to_owned());
+        }
+    }
+    bail!("libssl.so.3 not found")
+}
+
+impl Attached {
+    pub fn start(mode: Mode, root: &Path, extra: &[&str]) -> Result<Attached> {
+        match mode {
+            Mode::Baseline => Ok(Attached {
+                child: None,
+                lines: None,
+            }),
+            Mode::Observer => {
+                let mut child = Command::new(root.join("target/release/observer"))
+                    .args(["watch", "--json", "--update-interval", "0"])
+                    .args(extra)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("starting observer")?;
+                let rx = forward_lines(child.stderr.take().context("stderr")?);
+                wait_for(&rx, "ready", "observer")?;
+                Ok(Attached {
+                    child: Some(child),
+                    lines: Some(rx),
+                })
+            }
+            Mode::Peer => {
+                let script = std::fs::read_to_string(root.join("bench/peer.bt"))?
+                    .replace("LIBSSL", &libssl()?);
+                let path = std::env::temp_dir().join("observer-bench-peer.bt");
+                std::fs::write(&path, script)?;
+                let mut child = Command::new("bpftrace")
+                    .arg(&path)
+                    .env("BPFTRACE_MAP_KEYS_MAX", "200000")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .context("starting bpftrace")?;
+                let rx = forward_lines(child.stdout.take().context("stdout")?);
+                wait_for(&rx, "Attaching", "bpftrace")?;
+                // bpftrace prints "Attaching" before the last probes are in.
+                std::thread::sleep(Duration::from_millis(500));
+                Ok(Attached {
+                    child: Some(child),
+                    lines: Some(rx),
+                })
+            }
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn cpu(&self) -> f64 {
+        self.pid().map_or(0.0, cpu_seconds)
+    }
+
+    pub fn peak_rss(&self) -> u64 {
+        self.pid().map_or(0, peak_rss_bytes)
+    }
+
+    /// Stops the tool; for observer, returns its summary.
+    pub fn stop(mut self) -> Result<Option<Value>> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(None);
+        };
+        // SAFETY: signalling our own child. SIGINT ends bpftrace, SIGTERM observer
+        // (both handle either).
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let status = child.wait()?;
+        if !status.success() {
+            bail!("attached tool exited with {status}");
+        }
+        let summary = self
+            .lines
+            .take()
+            .into_iter()
+            .flat_map(|rx| rx.into_iter())
+            .find_map(|l| l.strip_prefix("summary ").map(str::to_owned));
+        Ok(match summary {
+            Some(s) => Some(serde_json::from_str(&s)?),
+            None => None,
+        })
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

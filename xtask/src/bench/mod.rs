@@ -1,0 +1,248 @@
+//! `cargo xtask bench`: what observing costs, side by side with the bpftrace
+//! reference, measured in interleaved A/B rounds on loopback (the machine is
+//! noisy: medians and per-round ratios), plus the userspace pipeline alone
+//! (criterion). Writes target/bench/results.json and bench/RESULTS.md.
+
+mod attach;
+mod load;
+mod nginx;
+mod proc;
+mod report;
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+use serde_json::{json, Value};
+
+use attach::{Attached, Mode};
+use nginx::{Nginx, HTTPS_PORT, HTTP_PORT};
+
+use crate::{cargo, run_checked, workspace_root};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// A short run (under 3 minutes) for a first look.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds per workload (default 5; 2 with --quick).
+    #[arg(long)]
+    pub rounds: Option<u32>,
+    /// Seconds per measurement (default 10; 4 with --quick).
+    #[arg(long)]
+    pub seconds: Option<u64>,
+    /// Idle connections in the flood (default 50000; 10000 with --quick).
+    #[arg(long)]
+    pub flood: Option<usize>,
+    /// Only these workloads (https_keepalive, https_new_conn, http_churn, flood, pipeline).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+/// One measurement of one workload under one mode.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    pub rps: f64,
+    pub requests: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub errors: u64,
+    /// The server's (nginx worker's) CPU seconds during the run.
+    pub server_cpu_s: f64,
+    /// The attached tool's CPU seconds during the run.
+    pub tool_cpu_s: f64,
+    pub tool_peak_rss: u64,
+    pub events: u64,
+    pub dropped: u64,
+    pub seconds: f64,
+}
+
+struct Workload {
+    name: &'static str,
+    url: String,
+    conns: u32,
+    close: bool,
+}
+
+fn workloads() -> Vec<Workload> {
+    vec![
+        Workload {
+            name: "https_keepalive",
+            url: format!("https://127.0.0.1:{HTTPS_PORT}/"),
+            conns: 16,
+            close: false,
+        },
+        Workload {
+            name: "https_new_conn",
+            url: format!("https://127.0.0.1:{HTTPS_PORT}/"),
+            conns: 16,
+            close: true,
+        },
+        Workload {
+            name: "http_churn",
+            url: format!("http://127.0.0.1:{HTTP_PORT}/"),
+            conns: 16,
+            close: true,
+        },
+    ]
+}
+
+fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> Result<Sample> {
+    let tool = Attached::start(mode, root, &[])?;
+    let worker = nginx.worker().context("nginx has no worker")?;
+    let (s0, t0) = (proc::cpu_seconds(worker), tool.cpu());
+    let r = load::wrk(&w.url, secs, w.conns, w.close)?;
+    let (s1, t1) = (proc::cpu_seconds(worker), tool.cpu());
+    let rss = tool.peak_rss();
+    let summary = tool.stop()?;
+    let (events, dropped) = summary.as_ref().map_or((0, 0), |s| {
+        let d = &s["dropped"];
+        let dropped = [
+            "kernel_ring",
+            "kernel_map",
+            "kernel_missed",
+            "evicted",
+            "channel",
+            "output",
+        ]
+        .iter()
+        .map(|k| d[k].as_u64().unwrap_or(0))
+        .sum();
+        (s["events"].as_u64().unwrap_or(0), dropped)
+    });
+    load::pause();
+    Ok(Sample {
+        rps: r.rps,
+        requests: r.requests,
+        p50_us: r.p50_us,
+        p99_us: r.p99_us,
+        errors: r.errors,
+        server_cpu_s: s1 - s0,
+        tool_cpu_s: t1 - t0,
+        tool_peak_rss: rss,
+        events,
+        dropped,
+        seconds: secs as f64,
+    })
+}
+
+/// Interleaved rounds: each round runs every mode once, in a rotated order so
+/// that no mode always runs first (warm caches) or last.
+fn run_workload(root: &Path, nginx: &Nginx, w: &Workload, rounds: u32, secs: u64) -> Result<Value> {
+    let modes = [Mode::Baseline, Mode::Observer, Mode::Peer];
+    let mut samples: Vec<(Mode, u32, Sample)> = Vec::new();
+    for round in 0..rounds {
+        for i in 0..modes.len() {
+            let mode = modes[(i + round as usize) % modes.len()];
+            let s = measure(root, nginx, w, mode, secs)
+                .with_context(|| format!("{} under {}", w.name, mode.name()))?;
+            eprintln!(
+                "bench: {:<16} round {round} {:<9} {:>10.0} req/s  p50 {:>7.0}us  p99 {:>7.0}us  tool cpu {:.2}s  events {}  dropped {}",
+                w.name, mode.name(), s.rps, s.p50_us, s.p99_us, s.tool_cpu_s, s.events, s.dropped
+            );
+            samples.push((mode, round, s));
+        }
+    }
+    Ok(report::summarize_workload(w.name, rounds, &samples))
+}
+
+/// Many idle connections: the observer's memory with that many tracked.
+fn run_flood(root: &Path, n: usize) -> Result<Value> {
+    let mut out = json!({ "name": "flood", "connections": n });
+    for mode in [Mode::Baseline, Mode::Observer, Mode::Peer] {
+        let tool = Attached::start(mode, root, &[])?;
+        let rss0 = tool.pid().map_or(0, proc::rss_bytes);
+        let flood = load::flood(n)?;
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let rss = tool.pid().map_or(0, proc::rss_bytes);
+        let peak = tool.peak_rss();
+        let cpu = tool.cpu();
+        let open_s = flood.open_seconds;
+        let summary = tool.stop()?;
+        drop(flood);
+        eprintln!(
+            "bench: flood {n:>6} {:<9} opened in {open_s:.2}s  rss {} -> {} (peak {}) bytes",
+            mode.name(),
+            rss0,
+            rss,
+            peak
+        );
+        let key = mode.name();
+        out[format!("{key}_open_seconds")] = json!(open_s);
+        if mode != Mode::Baseline {
+            out[format!("{key}_rss_before_bytes")] = json!(rss0);
+            out[format!("{key}_rss_bytes")] = json!(rss);
+            out[format!("{key}_peak_rss_bytes")] = json!(peak);
+            out[format!("{key}_cpu_s")] = json!(cpu);
+        }
+        if let Some(s) = summary {
+            out["observer_tracked_at_stop"] = s["open_records"].clone();
+            out["observer_events"] = s["events"].clone();
+            out["dropped"] = s["dropped"].clone();
+        }
+        load::pause();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    if let (Some(b), Some(o)) = (
+        out["baseline_open_seconds"].as_f64(),
+        out["observer_open_seconds"].as_f64(),
+    ) {
+        out["ratio"] = json!(b / o);
+    }
+    Ok(out)
+}
+
+/// The criterion benchmark of decode + correlate, in events/s on one core.
+fn run_pipeline(root: &Path, quick: bool) -> Result<Value> {
+    let mut cmd = cargo();
+    cmd.args([
+        "bench",
+        "--package",
+        "observer",
+        "--bench",
+        "pipeline",
+        "--",
+    ]);
+    if quick {
+        cmd.args(["--warm-up-time", "1", "--measurement-time", "3"]);
+    }
+    run_checked(&mut cmd)?;
+    let est = root.join("target/criterion/pipeline/decode_and_correlate/new/estimates.json");
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&est).context("criterion estimates")?)?;
+    let ns_per_iter = v["median"]["point_estimate"].as_f64().context("median")?;
+    let events_per_s = observer_bench_events_per_iter() / (ns_per_iter / 1e9);
+    eprintln!("bench: pipeline decode+correlate {events_per_s:.0} events/s on one core");
+    Ok(json!({ "name": "pipeline", "events_per_s": events_per_s }))
+}
+
+/// Must match EVENTS_PER_ITER in observer/benches/pipeline.rs.
+fn observer_bench_events_per_iter() -> f64 {
+    10_000.0
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let root = workspace_root()?;
+    let quick = args.quick;
+    let rounds = args.rounds.unwrap_or(if quick { 2 } else { 5 });
+    let secs = args.seconds.unwrap_or(if quick { 4 } else { 10 });
+    let flood_n = args.flood.unwrap_or(if quick { 10_000 } else { 50_000 });
+    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
+    load::raise_nofile(250_000);
+
+    let mut results = Vec::new();
+    if want("pipeline") {
+        results.push(run_pipeline(&root, quick)?);
+    }
+    let nginx = Nginx::start()?;
+    for w in workloads() {
+        if want(w.name) {
+            results.push(run_workload(&root, &nginx, &w, rounds, secs)?);
+        }
+    }
+    drop(nginx);
+    if want("flood") {
+        results.push(run_flood(&root, flood_n)?);
+    }
+    report::write(&root, &results, quick, rounds, secs)
+}

@@ -1,0 +1,196 @@
+//! Results: medians per workload, JSON for machines, markdown for people.
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+
+use super::{attach::Mode, Sample};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample)]) -> Value {
+    let of = |m: Mode| -> Vec<&Sample> {
+        samples
+            .iter()
+            .filter(|(x, _, _)| *x == m)
+            .map(|(_, _, s)| s)
+            .collect()
+    };
+    let med = |m: Mode, f: &dyn Fn(&Sample) -> f64| median(of(m).into_iter().map(f).collect());
+    // Per-round ratios against the same round's baseline.
+    let ratio = |m: Mode, f: &dyn Fn(&Sample) -> f64| {
+        median(
+            (0..rounds)
+                .filter_map(|r| {
+                    let get = |mode: Mode| {
+                        samples
+                            .iter()
+                            .find(|(x, rr, _)| *x == mode && *rr == r)
+                            .map(|(_, _, s)| f(s))
+                    };
+                    Some(get(m)? / get(Mode::Baseline)?)
+                })
+                .collect(),
+        )
+    };
+    let per_req = |m: Mode, f: &dyn Fn(&Sample) -> f64| {
+        med(m, &|s: &Sample| {
+            if s.requests > 0.0 {
+                f(s) / s.requests * 1e6
+            } else {
+                0.0
+            }
+        })
+    };
+    let (b, o, p) = (Mode::Baseline, Mode::Observer, Mode::Peer);
+    let events = med(o, &|s| s.events as f64);
+    let obs_cpu = med(o, &|s| s.tool_cpu_s);
+    let server_b = per_req(b, &|s| s.server_cpu_s);
+    let server_o = per_req(o, &|s| s.server_cpu_s);
+    json!({
+        "name": name,
+        "rounds": rounds,
+        "baseline_rps": med(b, &|s| s.rps),
+        "observed_rps": med(o, &|s| s.rps),
+        "ratio": ratio(o, &|s| s.rps),
+        "p50_ratio": ratio(o, &|s| s.p50_us),
+        "p99_ratio": ratio(o, &|s| s.p99_us),
+        "baseline_p50_us": med(b, &|s| s.p50_us),
+        "baseline_p99_us": med(b, &|s| s.p99_us),
+        "observed_p50_us": med(o, &|s| s.p50_us),
+        "observed_p99_us": med(o, &|s| s.p99_us),
+        "events": events,
+        "events_per_s": med(o, &|s| s.events as f64 / s.seconds),
+        "dropped": of(o).iter().map(|s| s.dropped).sum::<u64>(),
+        "errors": samples.iter().map(|(_, _, s)| s.errors).sum::<u64>(),
+        "observer_cpu_s": obs_cpu,
+        "observer_cpu_us_per_request": per_req(o, &|s| s.tool_cpu_s),
+        "observer_cpu_s_per_1000_events": if events > 0.0 { obs_cpu / events * 1000.0 } else { 0.0 },
+        "observer_peak_rss_bytes": of(o).iter().map(|s| s.tool_peak_rss).max().unwrap_or(0),
+        "server_cpu_us_per_request_baseline": server_b,
+        "server_cpu_us_per_request_observed": server_o,
+        "server_cpu_ratio": if server_b > 0.0 { server_o / server_b } else { 0.0 },
+        "peer_rps": med(p, &|s| s.rps),
+        "peer_ratio": ratio(p, &|s| s.rps),
+        "peer_p99_ratio": ratio(p, &|s| s.p99_us),
+        "peer_cpu_s": med(p, &|s| s.tool_cpu_s),
+        "peer_cpu_us_per_request": per_req(p, &|s| s.tool_cpu_s),
+        "peer_peak_rss_bytes": of(p).iter().map(|s| s.tool_peak_rss).max().unwrap_or(0),
+        "server_cpu_us_per_request_peer": per_req(p, &|s| s.server_cpu_s),
+    })
+}
+
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpus} CPUs ({model}), Linux {}", kernel.trim())
+}
+
+fn today() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(0.0)
+}
+
+fn mib(v: &Value, k: &str) -> String {
+    format!("{:.1}", f(v, k) / 1048576.0)
+}
+
+pub fn write(root: &Path, results: &[Value], quick: bool, rounds: u32, secs: u64) -> Result<()> {
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let doc = json!({ "machine": machine(), "date": today(), "quick": quick, "rounds": rounds, "seconds": secs, "workloads": results });
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&doc)?,
+    )?;
+
+    let mut md = String::new();
+    md.push_str("# Benchmark results\n\n");
+    md.push_str(&format!(
+        "Machine: {}. Date: {}. {} run: {rounds} interleaved rounds of {secs} s per mode; medians, ratios per round against the same round's baseline. Written by `cargo xtask bench{}`; raw numbers in `target/bench/results.json`.\n\n",
+        machine(),
+        today(),
+        if quick { "Quick" } else { "Full" },
+        if quick { " --quick" } else { "" }
+    ));
+    md.push_str("## Workloads (nginx, 1 worker, on loopback; wrk, 1 thread, 16 connections)\n\n");
+    md.push_str("| workload | baseline req/s | observer req/s | ratio | p50 ratio | p99 ratio | server CPU/req ratio | observer CPU µs/req | observer CPU s/1000 events | events/s | dropped | observer peak RSS MiB | bpftrace req/s | bpftrace ratio | bpftrace CPU µs/req |\n");
+    md.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.4} | {:.0} | {} | {} | {:.0} | {:.3} | {:.2} |\n",
+            r["name"].as_str().unwrap_or(""),
+            f(r, "baseline_rps"),
+            f(r, "observed_rps"),
+            f(r, "ratio"),
+            f(r, "p50_ratio"),
+            f(r, "p99_ratio"),
+            f(r, "server_cpu_ratio"),
+            f(r, "observer_cpu_us_per_request"),
+            f(r, "observer_cpu_s_per_1000_events"),
+            f(r, "events_per_s"),
+            r["dropped"],
+            mib(r, "observer_peak_rss_bytes"),
+            f(r, "peer_rps"),
+            f(r, "peer_ratio"),
+            f(r, "peer_cpu_us_per_request"),
+        ));
+    }
+    if let Some(fl) = results.iter().find(|r| r["name"] == "flood") {
+        md.push_str(&format!(
+            "\n## Connection flood\n\n{} idle connections held open (both ends on this host, so {} sockets tracked). Time to open them: baseline {:.2} s, with observer {:.2} s, with bpftrace {:.2} s. Observer RSS {} MiB before, {} MiB with them open (peak {} MiB); tracked at stop: {}; dropped: {}. bpftrace RSS {} MiB.\n",
+            fl["connections"],
+            fl["connections"].as_u64().unwrap_or(0) * 2,
+            f(fl, "baseline_open_seconds"),
+            f(fl, "observer_open_seconds"),
+            f(fl, "bpftrace_open_seconds"),
+            mib(fl, "observer_rss_before_bytes"),
+            mib(fl, "observer_rss_bytes"),
+            mib(fl, "observer_peak_rss_bytes"),
+            fl["observer_tracked_at_stop"],
+            fl["dropped"],
+            mib(fl, "bpftrace_rss_bytes"),
+        ));
+    }
+    if let Some(p) = results.iter().find(|r| r["name"] == "pipeline") {
+        md.push_str(&format!(
+            "\n## Userspace pipeline alone\n\nDecode + correlate a synthetic stream (criterion, `cargo bench -p observer --bench pipeline`): {:.0} events/s on one core.\n",
+            f(p, "events_per_s")
+        ));
+    }
+    let notes = root.join("bench/NOTES.md");
+    if let Ok(n) = std::fs::read_to_string(&notes) {
+        md.push('\n');
+        md.push_str(&n);
+    }
+    std::fs::write(root.join("bench/RESULTS.md"), md)?;
+    eprintln!("bench: wrote target/bench/results.json and bench/RESULTS.md");
+    Ok(())
+}
