@@ -6,7 +6,7 @@
 //! produces snapshots of long-lived connections (periodic updates, and at stop)
 //! by reading CONNS directly.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use observer_common::Conn;
 
@@ -31,8 +31,13 @@ struct Live {
     missing: bool,
 }
 
+/// Interned thread names are forgotten past this many distinct ones.
+const MAX_NAMES: usize = 4096;
+
 pub struct ConnTable {
     live: HashMap<u64, Live>,
+    /// Interned kernel thread names.
+    names: HashMap<[u8; 16], Arc<str>>,
     procs: ProcessCache,
     clock: Clock,
     /// Connections that vanished from CONNS without a close event (LRU eviction
@@ -44,6 +49,7 @@ impl ConnTable {
     pub fn new(procs: ProcessCache, clock: Clock) -> Self {
         Self {
             live: HashMap::new(),
+            names: HashMap::new(),
             procs,
             clock,
             evicted: 0,
@@ -70,7 +76,14 @@ impl ConnTable {
             Event::Owner {
                 sk, pid, tid, comm, ..
             } => {
-                let thread_comm = comm_str(&comm);
+                if self.names.len() >= MAX_NAMES {
+                    self.names.clear();
+                }
+                let thread_comm = self
+                    .names
+                    .entry(comm)
+                    .or_insert_with(|| Arc::from(comm_str(&comm)))
+                    .clone();
                 let info = self.procs.get(pid);
                 let owner = Owner {
                     pid,

@@ -3,15 +3,15 @@
 //! Read from /proc once per process and cached; the cache entry is dropped when
 //! the kernel reports that the pid exec'd or exited, so it is never stale.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 /// What we know of a process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcInfo {
     /// `/proc/PID/comm`: the process (main thread) name.
-    pub comm: Option<String>,
-    /// `/proc/PID/exe` resolved.
-    pub exe: Option<String>,
+    pub comm: Option<Arc<str>>,
+    /// `/proc/PID/exe` resolved. Shared by every connection of the process.
+    pub exe: Option<Arc<str>>,
 }
 
 /// Caps memory if exec/exit events are lost: past this size the cache starts over.
@@ -44,10 +44,10 @@ impl ProcessCache {
             let dir = root.join(pid.to_string());
             let comm = std::fs::read_to_string(dir.join("comm"))
                 .ok()
-                .map(|s| s.trim_end_matches('\n').to_owned());
+                .map(|s| Arc::from(s.trim_end_matches('\n')));
             let exe = std::fs::read_link(dir.join("exe"))
                 .ok()
-                .map(|p| p.to_string_lossy().into_owned());
+                .map(|p| Arc::from(p.to_string_lossy().as_ref()));
             if comm.is_none() || exe.is_none() {
                 *unreadable += 1;
             }
@@ -69,12 +69,12 @@ impl ProcessCache {
         if !path.starts_with('/') {
             return;
         }
-        let exe = std::fs::canonicalize(path)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| path.to_owned());
+        let exe: Arc<str> = std::fs::canonicalize(path)
+            .map(|p| Arc::from(p.to_string_lossy().as_ref()))
+            .unwrap_or_else(|_| Arc::from(path));
         let comm = std::fs::read_to_string(self.root.join(pid.to_string()).join("comm"))
             .ok()
-            .map(|s| s.trim_end_matches('\n').to_owned());
+            .map(|s| Arc::from(s.trim_end_matches('\n')));
         self.entries.insert(
             pid,
             ProcInfo {

@@ -3,7 +3,10 @@
 //! Field names are a contract (README, "JSON record"): later work adds fields,
 //! never renames these.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::Arc,
+};
 
 use observer_common::{Conn, AF_INET6, DIR_INBOUND, FLAG_ESTABLISHED, FLAG_OWNED, FLAG_RESET_RX};
 use serde::Serialize;
@@ -38,11 +41,12 @@ pub struct Owner {
     pub pid: u32,
     pub tid: u32,
     /// Process name (`/proc/PID/comm`), or the kernel's thread name when the
-    /// process was already gone.
-    pub comm: String,
+    /// process was already gone. Shared (one allocation per process or name),
+    /// since tens of thousands of live connections may hold one.
+    pub comm: Arc<str>,
     /// The kernel's name of the thread that connected or first did I/O.
-    pub thread_comm: String,
-    pub exe: Option<String>,
+    pub thread_comm: Arc<str>,
+    pub exe: Option<Arc<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -153,9 +157,9 @@ impl ConnRecord {
             Some(o) => (
                 Some(o.pid),
                 Some(o.tid),
-                Some(o.comm.clone()),
-                Some(o.thread_comm.clone()),
-                o.exe.clone(),
+                Some(o.comm.to_string()),
+                Some(o.thread_comm.to_string()),
+                o.exe.as_deref().map(str::to_owned),
             ),
             None if owned => {
                 let c = comm_str(&conn.comm);

@@ -4,11 +4,7 @@
 //! correlator (ConnTable; snapshots) -> output thread (stdout). Stages are
 //! joined by bounded channels; what a full channel refuses is counted.
 
-use std::{
-    io::Write,
-    sync::{mpsc as std_mpsc, Arc},
-    time::Duration,
-};
+use std::{io::Write, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
@@ -67,7 +63,9 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ev_tx, ev_rx) = mpsc::channel::<Vec<Event>>(EVENT_CHANNEL_BATCHES);
-    let (out_tx, out_rx) = std_mpsc::sync_channel::<ConnRecord>(OUTPUT_CHANNEL);
+    // tokio's bounded channel allocates as it fills (std's sync_channel would
+    // reserve all OUTPUT_CHANNEL records, about 20 MiB, up front).
+    let (out_tx, out_rx) = mpsc::channel::<ConnRecord>(OUTPUT_CHANNEL);
     let format = if args.json {
         Format::Json
     } else {
@@ -221,7 +219,7 @@ fn send(tx: &mpsc::Sender<Vec<Event>>, batch: Vec<Event>, stats: &Stats) {
 /// Returns (evicted connections, unreadable /proc entries).
 async fn correlate(
     mut rx: mpsc::Receiver<Vec<Event>>,
-    out: std_mpsc::SyncSender<ConnRecord>,
+    out: mpsc::Sender<ConnRecord>,
     conns: KernelConnMap,
     filter: Filter,
     update_interval: Duration,
@@ -271,14 +269,15 @@ async fn correlate(
     (table.evicted, table.proc_unreadable())
 }
 
-fn write_output(rx: std_mpsc::Receiver<ConnRecord>, format: Format) -> std::io::Result<()> {
+fn write_output(mut rx: mpsc::Receiver<ConnRecord>, format: Format) -> std::io::Result<()> {
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     if format == Format::Text {
         writeln!(w, "{}", output::HEADER)?;
         w.flush()?;
     }
-    while let Ok(r) = rx.recv() {
+    // A plain thread: blocking_recv parks it until records come.
+    while let Some(r) = rx.blocking_recv() {
         output::write_record(&mut w, &r, format)?;
         // Flush when the queue is empty so lines show up at once, but batch
         // writes under load.

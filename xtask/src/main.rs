@@ -38,6 +38,12 @@ enum Task {
     },
     /// Measure what observing costs against a baseline and the bpftrace peer (as root).
     Bench(bench::BenchArgs),
+    /// (internal) Hold idle connections for the bench's flood.
+    #[command(hide = true)]
+    FloodHold {
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
     /// Run every test: unit tests and the end-to-end tests (as root).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -71,6 +77,7 @@ fn main() -> Result<()> {
             setup::run()?;
             bench::run(&args)
         }
+        Task::FloodHold { args } => bench::load::hold(&args),
         Task::Test { args } => {
             setup::run()?;
             test::run(&args)

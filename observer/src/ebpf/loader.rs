@@ -82,6 +82,9 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
     // ~13 ms, well inside the ring even if the poll timer is late.
     let wakeup = u64::from(opts.ring_bytes / 8);
     let ebpf = EbpfLoader::new()
+        // Our programs carry no CO-RE relocations (offsets come from our own
+        // BTF reader), so aya needs no kernel BTF kept around.
+        .btf(None)
         .override_global(OWN_TGID_GLOBAL, &own, true)
         .override_global(WAKEUP_BYTES_GLOBAL, &wakeup, true)
         .override_global(SK_ERR_OFFSET_GLOBAL, &sk_err, true)
@@ -90,6 +93,10 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
         .map_max_entries(CONNS_MAP, opts.max_connections)
         .map_max_entries(EVENTS_MAP, opts.ring_bytes)
         .load(OBJECT)?;
+    // Parsing BTF (aya's and ours) left tens of MiB freed on the heap; give
+    // them back to the system so a long-running observer stays small.
+    // SAFETY: malloc_trim only releases free memory.
+    unsafe { libc::malloc_trim(0) };
     Ok(Loaded {
         ebpf,
         emit_at_destroy,

@@ -2,8 +2,9 @@
 //! a flood of idle connections made here.
 
 use std::{
+    io::{Read, Write},
     net::{TcpListener, TcpStream},
-    process::Command,
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -77,52 +78,110 @@ pub fn wrk(url: &str, secs: u64, conns: u32, close: bool) -> Result<WrkResult> {
     parse_wrk(&String::from_utf8_lossy(&out.stdout))
 }
 
-/// Raises the open-file limit for this process (root may go up to fs.nr_open).
-pub fn raise_nofile(n: u64) {
-    let lim = libc::rlimit {
-        rlim_cur: n,
-        rlim_max: n,
-    };
-    // SAFETY: setrlimit with a valid struct; failure just leaves the old limit.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-}
+/// Connections one holder process keeps: each holds one fd per connection,
+/// and the hard open-file limit here (20,000) may not be raised.
+const PER_HOLDER: usize = 8_000;
 
-/// Opens `n` idle connections to listeners of our own (spread over several ports
-/// so the ephemeral port range is no limit) and holds them until dropped.
+/// Idle connections held open by helper processes (`xtask flood-hold`): pairs
+/// of a server that accepts and a client that connects, each pair on its own
+/// port, so neither the per-process fd limit nor the ephemeral port range
+/// caps the flood.
 pub struct Flood {
-    _listeners: Vec<TcpListener>,
-    _client: Vec<TcpStream>,
-    _server: Vec<TcpStream>,
+    children: Vec<Child>,
     pub open_seconds: f64,
 }
 
-pub fn flood(n: usize) -> Result<Flood> {
-    raise_nofile(4 * n as u64 + 1024);
-    let ports = n / 20_000 + 1;
-    let listeners: Vec<TcpListener> = (0..ports)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()?;
-    let addrs: Vec<_> = listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<std::io::Result<_>>()?;
-    let t0 = Instant::now();
-    let mut client = Vec::with_capacity(n);
-    let mut server = Vec::with_capacity(n);
-    for i in 0..n {
-        let c = TcpStream::connect(addrs[i % ports])
-            .with_context(|| format!("connection {i} of the flood"))?;
-        let (s, _) = listeners[i % ports].accept()?;
-        client.push(c);
-        server.push(s);
+fn read_line(child: &mut Child) -> Result<String> {
+    let out = child.stdout.as_mut().context("holder stdout")?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while out.read(&mut byte)? == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
     }
-    let open_seconds = t0.elapsed().as_secs_f64();
+    Ok(String::from_utf8_lossy(&line).into_owned())
+}
+
+fn holder(args: &[String]) -> Result<Child> {
+    Command::new(std::env::current_exe()?)
+        .arg("flood-hold")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting a flood holder")
+}
+
+pub fn flood(n: usize) -> Result<Flood> {
+    let t0 = Instant::now();
+    let mut children = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(PER_HOLDER);
+        left -= k;
+        let mut server = holder(&["serve".into(), k.to_string()])?;
+        let port = read_line(&mut server)?;
+        let mut client = holder(&["connect".into(), k.to_string(), port.clone()])?;
+        for c in [&mut client, &mut server] {
+            let l = read_line(c)?;
+            if l != "READY" {
+                bail!("flood holder said {l:?}");
+            }
+        }
+        children.push(server);
+        children.push(client);
+    }
     Ok(Flood {
-        _listeners: listeners,
-        _client: client,
-        _server: server,
-        open_seconds,
+        children,
+        open_seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        // Closing their stdin tells the holders to exit.
+        for c in &mut self.children {
+            drop(c.stdin.take());
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The holder process: `serve K` accepts K connections on a fresh port (printed
+/// first), `connect K PORT` opens K; both print READY and hold until stdin closes.
+pub fn hold(args: &[String]) -> Result<()> {
+    let mut out = std::io::stdout();
+    let mut held = Vec::new();
+    match args {
+        [mode, k] if mode == "serve" => {
+            let k: usize = k.parse()?;
+            let l = TcpListener::bind("127.0.0.1:0")?;
+            // A deep accept queue (std listens with 128): with a short one the
+            // client outruns accept(), SYNs are dropped and retried after 1 s.
+            // SAFETY: listen(2) again on our own listening socket only resizes
+            // its queue.
+            unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 8192) };
+            writeln!(out, "{}", l.local_addr()?.port())?;
+            out.flush()?;
+            for _ in 0..k {
+                held.push(l.accept()?.0);
+            }
+        }
+        [mode, k, port] if mode == "connect" => {
+            let (k, port): (usize, u16) = (k.parse()?, port.parse()?);
+            for _ in 0..k {
+                held.push(TcpStream::connect(("127.0.0.1", port))?);
+            }
+        }
+        _ => bail!("usage: flood-hold serve K | connect K PORT"),
+    }
+    writeln!(out, "READY")?;
+    out.flush()?;
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    drop(held);
+    Ok(())
 }
 
 /// Settles the machine between runs.

@@ -4,7 +4,7 @@
 //! (criterion). Writes target/bench/results.json and bench/RESULTS.md.
 
 mod attach;
-mod load;
+pub mod load;
 mod nginx;
 mod proc;
 mod report;
@@ -30,7 +30,8 @@ pub struct BenchArgs {
     /// Seconds per measurement (default 10; 4 with --quick).
     #[arg(long)]
     pub seconds: Option<u64>,
-    /// Idle connections in the flood (default 50000; 10000 with --quick).
+    /// Sockets tracked in the flood: half as many idle connections, both ends on
+    /// this host (default 50000; 10000 with --quick).
     #[arg(long)]
     pub flood: Option<usize>,
     /// Only these workloads (https_keepalive, https_new_conn, http_churn, flood, pipeline).
@@ -145,9 +146,11 @@ fn run_workload(root: &Path, nginx: &Nginx, w: &Workload, rounds: u32, secs: u64
     Ok(report::summarize_workload(w.name, rounds, &samples))
 }
 
-/// Many idle connections: the observer's memory with that many tracked.
-fn run_flood(root: &Path, n: usize) -> Result<Value> {
-    let mut out = json!({ "name": "flood", "connections": n });
+/// Many idle connections: the observer's memory with `tracked` sockets tracked
+/// (tracked / 2 connections, both ends here).
+fn run_flood(root: &Path, tracked: usize) -> Result<Value> {
+    let n = tracked / 2;
+    let mut out = json!({ "name": "flood", "connections": n, "tracked": tracked });
     for mode in [Mode::Baseline, Mode::Observer, Mode::Peer] {
         let tool = Attached::start(mode, root, &[])?;
         let rss0 = tool.pid().map_or(0, proc::rss_bytes);
@@ -228,7 +231,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let flood_n = args.flood.unwrap_or(if quick { 10_000 } else { 50_000 });
     let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
-    load::raise_nofile(250_000);
 
     let mut results = Vec::new();
     if want("pipeline") {

@@ -167,7 +167,7 @@ pub fn write(root: &Path, results: &[Value], quick: bool, rounds: u32, secs: u64
         md.push_str(&format!(
             "\n## Connection flood\n\n{} idle connections held open (both ends on this host, so {} sockets tracked). Time to open them: baseline {:.2} s, with observer {:.2} s, with bpftrace {:.2} s. Observer RSS {} MiB before, {} MiB with them open (peak {} MiB); tracked at stop: {}; dropped: {}. bpftrace RSS {} MiB.\n",
             fl["connections"],
-            fl["connections"].as_u64().unwrap_or(0) * 2,
+            fl["tracked"],
             f(fl, "baseline_open_seconds"),
             f(fl, "observer_open_seconds"),
             f(fl, "bpftrace_open_seconds"),
