@@ -29,7 +29,7 @@ pub const SRTT_US_OFFSET_GLOBAL: &str = "SRTT_US_OFFSET";
 /// and the errno set); 0 to send it at CLOSE.
 pub const EMIT_AT_DESTROY_GLOBAL: &str = "EMIT_AT_DESTROY";
 
-/// Default number of connections tracked at once (CONNS max_entries). At 176 bytes
+/// Default number of connections tracked at once (CONNS max_entries). At 160 bytes
 /// a value plus the key and LRU bookkeeping this is about 16 MiB of kernel memory.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 65_536;
 /// Default ring buffer size in bytes (a power of two, multiple of the page size).
@@ -115,8 +115,6 @@ pub struct Conn {
     pub established_ns: u64,
     pub first_tx_ns: u64,
     pub first_rx_ns: u64,
-    pub last_tx_ns: u64,
-    pub last_rx_ns: u64,
     /// Reaching CLOSE (0 while the connection is open).
     pub end_ns: u64,
     pub bytes_tx: u64,
@@ -255,8 +253,8 @@ mod pod {
 
 // Layout checks: a change here is a wire-format change on both sides.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
-const _: () = assert!(core::mem::size_of::<Conn>() == 176);
+const _: () = assert!(core::mem::size_of::<Conn>() == 160);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 40);
-const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 176);
+const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 160);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 24 + EXEC_PATH_LEN);

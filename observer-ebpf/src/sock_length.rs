@@ -48,36 +48,34 @@ fn try_io(ctx: &TracePointContext, tx: bool) -> Option<()> {
     }
     let sk: u64 = field(ctx, f::SK);
     let conn = CONNS.get_ptr_mut(&sk)?;
-    let now = now_ns();
     // SAFETY: a pointer into a map value, valid for this program run. The BPF
     // target has no atomic read-modify-write in Rust's core, so two threads
     // writing the same socket at the same instant on two CPUs may lose one
     // update; sockets are almost never written concurrently.
     let conn = unsafe { &mut *conn };
-    if conn.flags & FLAG_OWNED == 0 && !claim(sk, conn, now) {
+    if conn.flags & FLAG_OWNED == 0 && !claim(sk, conn, now_ns()) {
         return None;
     }
-    let (first, last, bytes, calls) = if tx {
+    let (first, bytes, calls) = if tx {
         (
             &mut conn.first_tx_ns,
-            &mut conn.last_tx_ns,
             &mut conn.bytes_tx,
             &mut conn.tx_calls,
         )
     } else {
         (
             &mut conn.first_rx_ns,
-            &mut conn.last_rx_ns,
             &mut conn.bytes_rx,
             &mut conn.rx_calls,
         )
     };
+    // The clock is read once per direction, not per call: this runs for every
+    // send and receive on the machine.
     if *first == 0 {
-        *first = now;
+        *first = now_ns();
         // Once per direction, so snapshots of open connections carry an RTT.
         conn.srtt_us = sk_srtt_us(sk);
     }
-    *last = now;
     *bytes += ret as u64;
     *calls = calls.wrapping_add(1);
     Some(())
