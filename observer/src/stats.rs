@@ -45,6 +45,8 @@ pub struct Summary {
     pub dropped: Dropped,
     pub decode_errors: u64,
     pub proc_unreadable: u64,
+    /// Entries left in the kernel's connection map at stop.
+    pub kernel_tracked_at_stop: u64,
     pub close_untracked: u64,
     /// Connections whose close the kernel never showed us (see `kernel_missed`),
     /// found when their socket pointer was reused.

@@ -95,7 +95,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     let _ = stop_tx.send(true);
 
     reader.await.context("reader task")??;
-    let evicted = correlator.await.context("correlator task")?;
+    let end = correlator.await.context("correlator task")?;
     if let Err(e) = output.join().unwrap_or(Ok(())) {
         // A closed stdout (e.g. `| head`) is not an error of ours.
         if e.kind() != std::io::ErrorKind::BrokenPipe {
@@ -118,12 +118,13 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
             kernel_ring: k(Counter::RingFull),
             kernel_missed: prog_stats.iter().map(|p| p.recursion_misses).sum(),
             kernel_map: k(Counter::ConnInsertFailed),
-            evicted: evicted.0,
+            evicted: end.evicted,
             channel: Stats::get(&stats.channel_full),
             output: Stats::get(&stats.output_full),
         },
         decode_errors: Stats::get(&stats.decode_errors),
-        proc_unreadable: evicted.1,
+        proc_unreadable: end.proc_unreadable,
+        kernel_tracked_at_stop: end.kernel_tracked,
         close_untracked: k(Counter::CloseUntracked),
         replaced: k(Counter::Replaced),
         programs: prog_stats,
@@ -216,7 +217,14 @@ fn send(tx: &mpsc::Sender<Vec<Event>>, batch: Vec<Event>, stats: &Stats) {
     }
 }
 
-/// Returns (evicted connections, unreadable /proc entries).
+/// What the correlator counted, for the summary.
+struct CorrelatorEnd {
+    evicted: u64,
+    proc_unreadable: u64,
+    /// Entries left in CONNS at stop (open connections, or leaks).
+    kernel_tracked: u64,
+}
+
 async fn correlate(
     mut rx: mpsc::Receiver<Vec<Event>>,
     out: mpsc::Sender<ConnRecord>,
@@ -224,7 +232,7 @@ async fn correlate(
     filter: Filter,
     update_interval: Duration,
     stats: Arc<Stats>,
-) -> (u64, u64) {
+) -> CorrelatorEnd {
     let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -266,7 +274,11 @@ async fn correlate(
     for r in table.drain_open(&conns) {
         emit(r);
     }
-    (table.evicted, table.proc_unreadable())
+    CorrelatorEnd {
+        evicted: table.evicted,
+        proc_unreadable: table.proc_unreadable(),
+        kernel_tracked: conns.0.keys().count() as u64,
+    }
 }
 
 fn write_output(mut rx: mpsc::Receiver<ConnRecord>, format: Format) -> std::io::Result<()> {

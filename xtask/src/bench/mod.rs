@@ -8,6 +8,7 @@ pub mod load;
 mod nginx;
 mod proc;
 mod report;
+mod soak;
 
 use std::path::Path;
 
@@ -34,9 +35,14 @@ pub struct BenchArgs {
     /// this host (default 50000; 10000 with --quick).
     #[arg(long)]
     pub flood: Option<usize>,
-    /// Only these workloads (https_keepalive, https_new_conn, http_churn, flood, pipeline).
+    /// Only these workloads (https_keepalive, https_new_conn, http_churn, flood,
+    /// pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Soak: churn at 2,000 new connections/s for this long, then compare the
+    /// observer's RSS and map occupancy with their start (e.g. 1800).
+    #[arg(long)]
+    pub soak_seconds: Option<u64>,
 }
 
 /// One measurement of one workload under one mode.
@@ -55,6 +61,8 @@ pub struct Sample {
     pub events: u64,
     pub dropped: u64,
     pub seconds: f64,
+    /// From SIGINT to exit.
+    pub shutdown_s: f64,
 }
 
 struct Workload {
@@ -94,7 +102,9 @@ fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> R
     let r = load::wrk(&w.url, secs, w.conns, w.close)?;
     let (s1, t1) = (proc::cpu_seconds(worker), tool.cpu());
     let rss = tool.peak_rss();
+    let t_stop = std::time::Instant::now();
     let summary = tool.stop()?;
+    let shutdown_s = t_stop.elapsed().as_secs_f64();
     let (events, dropped) = summary.as_ref().map_or((0, 0), |s| {
         let d = &s["dropped"];
         let dropped = [
@@ -123,6 +133,7 @@ fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> R
         events,
         dropped,
         seconds: secs as f64,
+        shutdown_s,
     })
 }
 
@@ -245,6 +256,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     drop(nginx);
     if want("flood") {
         results.push(run_flood(&root, flood_n)?);
+    }
+    let soak = args.soak_seconds.or_else(|| {
+        args.only
+            .iter()
+            .any(|o| o == "soak")
+            .then_some(if quick { 60 } else { 1800 })
+    });
+    if let Some(secs) = soak {
+        results.push(soak::run(&root, secs, 2_000)?);
     }
     report::write(&root, &results, quick, rounds, secs)
 }

@@ -79,6 +79,7 @@ pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample
         "observer_cpu_us_per_request": per_req(o, &|s| s.tool_cpu_s),
         "observer_cpu_s_per_1000_events": if events > 0.0 { obs_cpu / events * 1000.0 } else { 0.0 },
         "observer_peak_rss_bytes": of(o).iter().map(|s| s.tool_peak_rss).max().unwrap_or(0),
+        "observer_shutdown_s_max": of(o).iter().map(|s| s.shutdown_s).fold(0.0, f64::max),
         "server_cpu_us_per_request_baseline": server_b,
         "server_cpu_us_per_request_observed": server_o,
         "server_cpu_ratio": if server_b > 0.0 { server_o / server_b } else { 0.0 },
@@ -177,6 +178,14 @@ pub fn write(root: &Path, results: &[Value], quick: bool, rounds: u32, secs: u64
             fl["observer_tracked_at_stop"],
             fl["dropped"],
             mib(fl, "bpftrace_rss_bytes"),
+        ));
+    }
+    if let Some(s) = results.iter().find(|r| r["name"] == "soak") {
+        md.push_str(&format!(
+            "\n## Soak\n\n{} s of churn at {} new connections/s ({} connections made). Observer RSS {} MiB after a fifth of the run (at most a minute), {} MiB at the end (change {:+.1}%); connections left in the kernel map at stop: {} (0 at start); events {}; dropped {}.\n",
+            s["seconds"], s["rate"], s["connections"],
+            mib(s, "rss_early_bytes"), mib(s, "rss_end_bytes"), f(s, "rss_change_pct"),
+            s["kernel_tracked_at_stop"], s["events"], s["dropped"],
         ));
     }
     if let Some(p) = results.iter().find(|r| r["name"] == "pipeline") {
