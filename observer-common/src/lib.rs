@@ -18,8 +18,10 @@ pub const OWN_TGID_GLOBAL: &str = "OWN_TGID";
 /// Global (u64): ring fill level in bytes above which a record wakes the reader;
 /// below it the reader finds records on its poll timer.
 pub const WAKEUP_BYTES_GLOBAL: &str = "WAKEUP_BYTES";
-/// How often the reader drains the ring without being woken.
-pub const POLL_INTERVAL_MS: u64 = 50;
+/// How often the reader drains the ring without being woken. Short enough that
+/// a batch is small (under churn a 50 ms batch held ~4,000 events, whose
+/// processing in one go doubled the p99 latency of the traced server).
+pub const POLL_INTERVAL_MS: u64 = 10;
 /// Global: byte offset of `sk_err` in `struct sock` (from BTF); 0 when unknown.
 pub const SK_ERR_OFFSET_GLOBAL: &str = "SK_ERR_OFFSET";
 /// Global: byte offset of `srtt_us` in `struct tcp_sock` (from BTF); 0 when unknown.

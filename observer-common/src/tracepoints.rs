@@ -49,18 +49,17 @@ layout!(inet_sock_set_state, "sock", "inet_sock_set_state", {
     DADDR_V6: "daddr_v6" @ 56 / 16,
 });
 
+// Attached as raw tracepoints (arguments, not record fields: `(struct sock *sk,
+// int ret, int flags)`), so only their existence is checked. The record fields
+// exist since the tracepoints did (6.3), checked too as a sign of that prototype.
 layout!(sock_send_length, "sock", "sock_send_length", {
     SK: "sk" @ 8 / 8,
-    FAMILY: "family" @ 16 / 2,
-    PROTOCOL: "protocol" @ 18 / 2,
     RET: "ret" @ 20 / 4,
     FLAGS: "flags" @ 24 / 4,
 });
 
 layout!(sock_recv_length, "sock", "sock_recv_length", {
     SK: "sk" @ 8 / 8,
-    FAMILY: "family" @ 16 / 2,
-    PROTOCOL: "protocol" @ 18 / 2,
     RET: "ret" @ 20 / 4,
     FLAGS: "flags" @ 24 / 4,
 });

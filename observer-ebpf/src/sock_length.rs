@@ -1,21 +1,22 @@
-//! `sock:sock_send_length` and `sock:sock_recv_length`: bytes moved on a socket,
-//! reported from sock_sendmsg/sock_recvmsg in the calling task's context.
+//! `sock:sock_send_length` and `sock:sock_recv_length`, attached as raw
+//! tracepoints: bytes moved on a socket, reported from sock_sendmsg /
+//! sock_recvmsg in the calling task's context.
 //!
-//! Format (6.x): sk, family, protocol, ret, flags. They fire for every socket
-//! family on the machine, so the family/protocol test comes first and the map
-//! lookup only for TCP.
+//! Prototype: `(struct sock *sk, int ret, int flags)`. They fire for every send
+//! and receive on the machine, every socket family, so the program is as short
+//! as it can be: a raw tracepoint skips building the trace record (cheaper than
+//! a classic tracepoint), and the CONNS lookup alone tells TCP sockets we track
+//! from everything else (no family or protocol test needed).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
 };
-use observer_common::{
-    tracepoints::sock_send_length as f, Conn, AF_INET, AF_INET6, FLAG_OWNED, IPPROTO_TCP,
-};
+use observer_common::{Conn, FLAG_OWNED};
 
 use crate::{
-    ctx::{field, now_ns},
+    ctx::now_ns,
     events::{emit_owner, sk_srtt_us},
     maps::{own_tgid, CONNS},
 };
@@ -23,30 +24,25 @@ use crate::{
 /// recvmsg flag: data was only looked at, it is still queued.
 const MSG_PEEK: i32 = 2;
 
-#[tracepoint]
-pub fn sock_send_length(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sock_send_length")]
+pub fn sock_send_length(ctx: RawTracePointContext) -> i32 {
     try_io(&ctx, true);
     0
 }
 
-#[tracepoint]
-pub fn sock_recv_length(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sock_recv_length")]
+pub fn sock_recv_length(ctx: RawTracePointContext) -> i32 {
     try_io(&ctx, false);
     0
 }
 
 #[inline(always)]
-fn try_io(ctx: &TracePointContext, tx: bool) -> Option<()> {
-    // Both tracepoints share one layout (checked at load time).
-    let family: u16 = field(ctx, f::FAMILY);
-    if (family != AF_INET && family != AF_INET6) || field::<u16>(ctx, f::PROTOCOL) != IPPROTO_TCP {
+fn try_io(ctx: &RawTracePointContext, tx: bool) -> Option<()> {
+    let ret: i32 = ctx.arg(1);
+    if ret <= 0 || (!tx && ctx.arg::<i32>(2) & MSG_PEEK != 0) {
         return None;
     }
-    let ret: i32 = field(ctx, f::RET);
-    if ret <= 0 || (!tx && field::<i32>(ctx, f::FLAGS) & MSG_PEEK != 0) {
-        return None;
-    }
-    let sk: u64 = field(ctx, f::SK);
+    let sk: u64 = ctx.arg(0);
     let conn = CONNS.get_ptr_mut(&sk)?;
     // SAFETY: a pointer into a map value, valid for this program run. The BPF
     // target has no atomic read-modify-write in Rust's core, so two threads

@@ -47,6 +47,7 @@ fn untried(reason: &str) -> Vec<ProbeReport> {
         .iter()
         .map(|s| ProbeReport {
             program: s.program,
+            hook: s.hook,
             tracepoint: format!("{}:{}", s.layout.category, s.layout.name),
             required: s.required,
             feature: s.feature,
@@ -169,10 +170,14 @@ pub fn print(r: &Report) {
             ProbeStatus::Unavailable(r) => ("missing", Some(r)),
             ProbeStatus::Failed(r) => ("failed", Some(r)),
         };
+        let tp = match p.hook {
+            crate::ebpf::Hook::TracePoint => p.tracepoint.clone(),
+            crate::ebpf::Hook::RawTracePoint => format!("{} (raw)", p.tracepoint),
+        };
         println!(
             "  {:<22} {:<28} {:<9} {:<11} {}",
             p.program,
-            p.tracepoint,
+            tp,
             yes(p.required),
             status,
             p.feature

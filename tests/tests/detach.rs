@@ -47,6 +47,12 @@ fn signals_detach_every_program() {
             "{:?}",
             out.stderr
         );
+        // The kernel frees a program once its last link and fd are gone, after
+        // an RCU grace period: allow it a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while loaded() != before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         assert_eq!(
             loaded(),
             before,

@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 use crate::{cargo, run_checked, workspace_root};
 
 /// Commands the end-to-end tests run, and the Debian package of each.
-const TOOLS: &[(&str, &str)] = &[
+pub const TOOLS: &[(&str, &str)] = &[
     ("curl", "curl"),
     ("ip", "iproute2"),
     ("setpriv", "util-linux"),
@@ -35,8 +35,9 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn ensure_tools() -> Result<()> {
-    let missing: Vec<&str> = TOOLS
+/// Installs the Debian packages of `tools` whose commands are missing (as root).
+pub fn ensure_tools(tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = tools
         .iter()
         .filter(|(cmd, _)| !have(cmd))
         .map(|(_, pkg)| *pkg)
@@ -46,11 +47,11 @@ fn ensure_tools() -> Result<()> {
     }
     if !is_root() {
         eprintln!(
-            "xtask test: missing tools from Debian packages {missing:?}; not root, so not installing (the tests that need them will say so)"
+            "xtask: missing tools from Debian packages {missing:?}; not root, so not installing them"
         );
         return Ok(());
     }
-    eprintln!("xtask test: installing {missing:?}");
+    eprintln!("xtask: installing {missing:?}");
     run_checked(Command::new("apt-get").args(["update", "-qq"]))?;
     run_checked(
         Command::new("apt-get")
@@ -61,7 +62,7 @@ fn ensure_tools() -> Result<()> {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    ensure_tools()?;
+    ensure_tools(TOOLS)?;
     run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
     let bin = workspace_root()?.join("target/release/observer");
     let mut cmd = cargo();

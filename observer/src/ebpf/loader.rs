@@ -5,7 +5,7 @@ use std::path::Path;
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray},
-    programs::TracePoint,
+    programs::{Program, RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
 use observer_common::{
@@ -14,7 +14,7 @@ use observer_common::{
     SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
-use super::probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};
+use super::probes::{Hook, ProbeReport, ProbeSpec, ProbeStatus, PROBES};
 use crate::{conntrack::KernelConns, tracefs};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -137,13 +137,14 @@ pub fn attach(loaded: &mut Loaded, tracefs: &Path) -> Result<Vec<ProbeReport>, L
 pub fn attach_spec(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProbeSpec) -> ProbeReport {
     let status = match tracefs::check_layout(tracefs, &spec.layout) {
         Err(e) => ProbeStatus::Unavailable(e.to_string()),
-        Ok(()) => match attach_one(ebpf, spec.program, spec.layout.category, spec.layout.name) {
+        Ok(()) => match attach_one(ebpf, spec) {
             Ok(()) => ProbeStatus::Attached,
             Err(e) => ProbeStatus::Failed(e),
         },
     };
     ProbeReport {
         program: spec.program,
+        hook: spec.hook,
         tracepoint: format!("{}:{}", spec.layout.category, spec.layout.name),
         required: spec.required,
         feature: spec.feature,
@@ -151,15 +152,24 @@ pub fn attach_spec(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProbeSpec) -> ProbeRe
     }
 }
 
-fn attach_one(ebpf: &mut Ebpf, program: &str, category: &str, name: &str) -> Result<(), String> {
-    let prog: &mut TracePoint = ebpf
+fn attach_one(ebpf: &mut Ebpf, spec: &ProbeSpec) -> Result<(), String> {
+    let (program, category, name) = (spec.program, spec.layout.category, spec.layout.name);
+    let prog = ebpf
         .program_mut(program)
-        .ok_or_else(|| format!("program {program} is not in the eBPF object"))?
-        .try_into()
-        .map_err(|e| format!("{e:#}"))?;
-    prog.load().map_err(|e| format!("load: {e:#}"))?;
-    prog.attach(category, name)
-        .map_err(|e| format!("attach: {e:#}"))?;
+        .ok_or_else(|| format!("program {program} is not in the eBPF object"))?;
+    let e = |what: &str, err: aya::programs::ProgramError| format!("{what}: {err:#}");
+    match spec.hook {
+        Hook::TracePoint => {
+            let p: &mut TracePoint = prog.try_into().map_err(|x| e("kind", x))?;
+            p.load().map_err(|x| e("load", x))?;
+            p.attach(category, name).map_err(|x| e("attach", x))?;
+        }
+        Hook::RawTracePoint => {
+            let p: &mut RawTracePoint = prog.try_into().map_err(|x| e("kind", x))?;
+            p.load().map_err(|x| e("load", x))?;
+            p.attach(name).map_err(|x| e("attach", x))?;
+        }
+    }
     Ok(())
 }
 
@@ -167,11 +177,13 @@ fn attach_one(ebpf: &mut Ebpf, program: &str, category: &str, name: &str) -> Res
 /// buffer and CONNS no longer change, so a last drain and snapshot are exact.
 pub fn detach_all(ebpf: &mut Ebpf) {
     for (name, prog) in ebpf.programs_mut() {
-        let tp: Result<&mut TracePoint, _> = prog.try_into();
-        if let Ok(tp) = tp {
-            if let Err(e) = tp.unload() {
-                tracing::debug!(program = name, "unload: {e}");
-            }
+        let res = match prog {
+            Program::TracePoint(p) => p.unload(),
+            Program::RawTracePoint(p) => p.unload(),
+            _ => Ok(()),
+        };
+        if let Err(e) = res {
+            tracing::debug!(program = name, "unload: {e}");
         }
     }
 }

@@ -8,4 +8,4 @@ pub use loader::{
     attach, attach_spec, detach_all, load, read_counters, KernelConnMap, LoadError, LoadOptions,
     Loaded,
 };
-pub use probes::{ProbeReport, ProbeSpec, ProbeStatus, PROBES};
+pub use probes::{Hook, ProbeReport, ProbeSpec, ProbeStatus, PROBES};

@@ -4,10 +4,22 @@
 use observer_common::tracepoints::{self, Layout};
 use serde::Serialize;
 
+/// How a program attaches to its tracepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hook {
+    /// A classic tracepoint: the program reads the trace record's fields.
+    TracePoint,
+    /// A raw tracepoint: the program gets the tracepoint's arguments, and the
+    /// kernel skips building the record (cheaper on hot paths).
+    RawTracePoint,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeSpec {
     /// Program (function) name in the eBPF object.
     pub program: &'static str,
+    pub hook: Hook,
     /// The tracepoint and the fields the program reads.
     pub layout: Layout,
     /// Without a required probe nothing works.
@@ -19,54 +31,63 @@ pub struct ProbeSpec {
 pub const PROBES: &[ProbeSpec] = &[
     ProbeSpec {
         program: "inet_sock_set_state",
+        hook: Hook::TracePoint,
         layout: tracepoints::inet_sock_set_state::LAYOUT,
         required: true,
         feature: "connection lifecycle: every record, connect time, failures",
     },
     ProbeSpec {
         program: "sock_send_length",
+        hook: Hook::RawTracePoint,
         layout: tracepoints::sock_send_length::LAYOUT,
         required: false,
         feature: "bytes sent, time to first byte, inbound process attribution",
     },
     ProbeSpec {
         program: "sock_recv_length",
+        hook: Hook::RawTracePoint,
         layout: tracepoints::sock_recv_length::LAYOUT,
         required: false,
         feature: "bytes received, time to first byte, inbound process attribution",
     },
     ProbeSpec {
         program: "tcp_retransmit_skb",
+        hook: Hook::TracePoint,
         layout: tracepoints::tcp_retransmit_skb::LAYOUT,
         required: false,
         feature: "retransmit counts",
     },
     ProbeSpec {
         program: "tcp_receive_reset",
+        hook: Hook::TracePoint,
         layout: tracepoints::tcp_receive_reset::LAYOUT,
         required: false,
         feature: "\"refused\" and \"reset\" errors, resets received",
     },
     ProbeSpec {
         program: "tcp_send_reset",
+        hook: Hook::TracePoint,
         layout: tracepoints::tcp_send_reset::LAYOUT,
         required: false,
         feature: "resets sent",
     },
     ProbeSpec {
         program: "tcp_destroy_sock",
+        hook: Hook::TracePoint,
         layout: tracepoints::tcp_destroy_sock::LAYOUT,
         required: false,
         feature: "resets sent by an aborting close() (else records go out at CLOSE)",
     },
     ProbeSpec {
         program: "sched_process_exec",
+        hook: Hook::TracePoint,
         layout: tracepoints::sched_process_exec::LAYOUT,
         required: false,
         feature: "fresh process names after exec (else cached until exit)",
     },
     ProbeSpec {
         program: "sched_process_exit",
+        hook: Hook::TracePoint,
         layout: tracepoints::sched_process_exit::LAYOUT,
         required: false,
         feature: "process cache cleanup on exit (else bounded by size)",
@@ -86,6 +107,7 @@ pub enum ProbeStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbeReport {
     pub program: &'static str,
+    pub hook: Hook,
     pub tracepoint: String,
     pub required: bool,
     pub feature: &'static str,

@@ -6,7 +6,7 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 
-use aya::{programs::TracePoint, Ebpf};
+use aya::Ebpf;
 use aya_obj::generated::{bpf_cmd, bpf_prog_info};
 use serde::Serialize;
 
@@ -50,8 +50,7 @@ fn info(fd: i32) -> Option<bpf_prog_info> {
 pub fn read(ebpf: &Ebpf) -> Vec<ProgStats> {
     ebpf.programs()
         .filter_map(|(name, prog)| {
-            let tp: &TracePoint = prog.try_into().ok()?;
-            let fd = tp.fd().ok()?;
+            let fd = prog.fd().ok()?;
             let i = info(fd.as_fd().as_raw_fd())?;
             Some(ProgStats {
                 program: name.to_owned(),

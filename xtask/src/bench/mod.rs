@@ -241,6 +241,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let secs = args.seconds.unwrap_or(if quick { 4 } else { 10 });
     let flood_n = args.flood.unwrap_or(if quick { 10_000 } else { 50_000 });
     let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    crate::test::ensure_tools(&[
+        ("nginx", "nginx"),
+        ("wrk", "wrk"),
+        ("bpftrace", "bpftrace"),
+        ("openssl", "openssl"),
+    ])?;
     run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
 
     let mut results = Vec::new();

@@ -123,10 +123,51 @@ fn mib(v: &Value, k: &str) -> String {
     format!("{:.1}", f(v, k) / 1048576.0)
 }
 
-pub fn write(root: &Path, results: &[Value], quick: bool, rounds: u32, secs: u64) -> Result<()> {
+/// Stamps this run's results with the date and settings, and keeps the
+/// workloads of earlier runs that this one did not repeat (e.g. a soak run
+/// alone), so results.json and RESULTS.md always show every workload's latest.
+fn merge(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) -> Vec<Value> {
+    let stamp = |v: &Value| {
+        let mut v = v.clone();
+        v["date"] = json!(today());
+        v["quick"] = json!(quick);
+        if v.get("baseline_rps").is_some() {
+            v["seconds"] = json!(secs);
+            v["rounds"] = json!(rounds);
+        }
+        v
+    };
+    let mut out: Vec<Value> = fresh.iter().map(stamp).collect();
+    let old_doc = std::fs::read_to_string(root.join("target/bench/results.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str::<Value>(&s).ok());
+    if let Some(old) = old_doc.as_ref().and_then(|o| o["workloads"].as_array()) {
+        for w in old {
+            if !out.iter().any(|n| n["name"] == w["name"]) {
+                let mut w = w.clone();
+                for k in ["date", "quick", "seconds"] {
+                    if w.get(k).is_none() {
+                        w[k] = old_doc_field(old_doc.as_ref(), k);
+                    }
+                }
+                out.push(w);
+            }
+        }
+    }
+    out
+}
+
+/// A run-wide field of an earlier results.json (older files kept the date
+/// and settings there rather than per workload).
+fn old_doc_field(doc: Option<&Value>, k: &str) -> Value {
+    doc.map_or(Value::Null, |d| d[k].clone())
+}
+
+pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) -> Result<()> {
     let dir = root.join("target/bench");
     std::fs::create_dir_all(&dir)?;
-    let doc = json!({ "machine": machine(), "date": today(), "quick": quick, "rounds": rounds, "seconds": secs, "workloads": results });
+    let results = &merge(root, fresh, quick, rounds, secs);
+    let doc = json!({ "machine": machine(), "date": today(), "workloads": results });
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(&doc)?,
@@ -135,13 +176,23 @@ pub fn write(root: &Path, results: &[Value], quick: bool, rounds: u32, secs: u64
     let mut md = String::new();
     md.push_str("# Benchmark results\n\n");
     md.push_str(&format!(
-        "Machine: {}. Date: {}. {} run: {rounds} interleaved rounds of {secs} s per mode; medians, ratios per round against the same round's baseline. Written by `cargo xtask bench{}`; raw numbers in `target/bench/results.json`.\n\n",
+        "Machine: {}. Written {} by `cargo xtask bench` (each workload keeps the date and settings of its latest run in `target/bench/results.json`). Workloads run in interleaved rounds (baseline, observer, bpftrace in rotating order); figures are medians, ratios are taken per round against the same round's baseline.\n\n",
         machine(),
         today(),
-        if quick { "Quick" } else { "Full" },
-        if quick { " --quick" } else { "" }
     ));
     md.push_str("## Workloads (nginx, 1 worker, on loopback; wrk, 1 thread, 16 connections)\n\n");
+    md.push_str("| workload | date | rounds × s |\n| --- | --- | --- |\n");
+    for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
+        md.push_str(&format!(
+            "| {} | {} | {} × {}{} |\n",
+            r["name"].as_str().unwrap_or(""),
+            r["date"].as_str().unwrap_or("?"),
+            r["rounds"],
+            r["seconds"],
+            if r["quick"] == json!(true) { " (quick)" } else { "" }
+        ));
+    }
+    md.push('\n');
     md.push_str("| workload | baseline req/s | observer req/s | ratio | p50 ratio | p99 ratio | server CPU/req ratio | observer CPU µs/req | observer CPU s/1000 events | events/s | dropped | observer peak RSS MiB | bpftrace req/s | bpftrace ratio | bpftrace CPU µs/req |\n");
     md.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
