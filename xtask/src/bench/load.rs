@@ -61,7 +61,14 @@ pub fn parse_wrk(out: &str) -> Result<WrkResult> {
 
 /// Runs wrk against `url` for `secs` seconds with `conns` connections on one
 /// thread; `close` sends `Connection: close` so every request is a new connection.
-pub fn wrk(url: &str, secs: u64, conns: u32, close: bool) -> Result<WrkResult> {
+/// `pace`: a wrk script that slows each connection (see bench/pace.lua).
+pub fn wrk(
+    url: &str,
+    secs: u64,
+    conns: u32,
+    close: bool,
+    pace: Option<&std::path::Path>,
+) -> Result<WrkResult> {
     let mut cmd = Command::new("wrk");
     cmd.args([
         "-t1",
@@ -73,6 +80,9 @@ pub fn wrk(url: &str, secs: u64, conns: u32, close: bool) -> Result<WrkResult> {
     ]);
     if close {
         cmd.args(["-H", "Connection: close"]);
+    }
+    if let Some(script) = pace {
+        cmd.arg("-s").arg(script);
     }
     let out = cmd.arg(url).output().context("running wrk")?;
     parse_wrk(&String::from_utf8_lossy(&out.stdout))

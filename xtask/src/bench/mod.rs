@@ -35,8 +35,8 @@ pub struct BenchArgs {
     /// this host (default 50000; 10000 with --quick).
     #[arg(long)]
     pub flood: Option<usize>,
-    /// Only these workloads (https_keepalive, https_new_conn, http_churn, flood,
-    /// pipeline, soak). The soak runs only when named here or given --soak-seconds.
+    /// Only these workloads (https_keepalive, https_keepalive_half_rate,
+    /// https_new_conn, http_churn, flood, pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Soak: churn at 2,000 new connections/s for this long, then compare the
@@ -70,6 +70,8 @@ struct Workload {
     url: String,
     conns: u32,
     close: bool,
+    /// Paced by bench/pace.lua (about `conns` x 1000 requests/s).
+    paced: bool,
 }
 
 fn workloads() -> Vec<Workload> {
@@ -79,27 +81,43 @@ fn workloads() -> Vec<Workload> {
             url: format!("https://127.0.0.1:{HTTPS_PORT}/"),
             conns: 16,
             close: false,
+            paced: false,
         },
         Workload {
             name: "https_new_conn",
             url: format!("https://127.0.0.1:{HTTPS_PORT}/"),
             conns: 16,
             close: true,
+            paced: false,
         },
         Workload {
             name: "http_churn",
             url: format!("http://127.0.0.1:{HTTP_PORT}/"),
             conns: 16,
             close: true,
+            paced: false,
         },
     ]
+}
+
+/// HTTPS keep-alive at about half the maximum rate (`max_rps`, the keep-alive
+/// baseline), where latency rather than throughput shows the cost.
+fn half_rate(max_rps: f64) -> Workload {
+    Workload {
+        name: "https_keepalive_half_rate",
+        url: format!("https://127.0.0.1:{HTTPS_PORT}/"),
+        conns: ((max_rps / 2.0 / 1000.0).round() as u32).clamp(1, 500),
+        close: false,
+        paced: true,
+    }
 }
 
 fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> Result<Sample> {
     let tool = Attached::start(mode, root, &[])?;
     let worker = nginx.worker().context("nginx has no worker")?;
     let (s0, t0) = (proc::cpu_seconds(worker), tool.cpu());
-    let r = load::wrk(&w.url, secs, w.conns, w.close)?;
+    let pace = root.join("bench/pace.lua");
+    let r = load::wrk(&w.url, secs, w.conns, w.close, w.paced.then_some(pace.as_path()))?;
     let (s1, t1) = (proc::cpu_seconds(worker), tool.cpu());
     let rss = tool.peak_rss();
     let t_stop = std::time::Instant::now();
@@ -254,10 +272,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         results.push(run_pipeline(&root, quick)?);
     }
     let nginx = Nginx::start()?;
+    let mut max_rps = None;
     for w in workloads() {
         if want(w.name) {
-            results.push(run_workload(&root, &nginx, &w, rounds, secs)?);
+            let r = run_workload(&root, &nginx, &w, rounds, secs)?;
+            if w.name == "https_keepalive" {
+                max_rps = r["baseline_rps"].as_f64();
+            }
+            results.push(r);
         }
+    }
+    if want("https_keepalive_half_rate") {
+        let w = half_rate(max_rps.unwrap_or(110_000.0));
+        results.push(run_workload(&root, &nginx, &w, rounds, secs)?);
     }
     drop(nginx);
     if want("flood") {
