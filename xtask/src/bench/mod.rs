@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// https_new_conn, http_churn, flood, pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Only re-render bench/RESULTS.md from target/bench/results.json and
+    /// bench/NOTES.md (after editing the notes); measures nothing.
+    #[arg(long)]
+    pub report_only: bool,
     /// Soak: churn at 2,000 new connections/s for this long, then compare the
     /// observer's RSS and map occupancy with their start (e.g. 1800).
     #[arg(long)]
@@ -254,6 +258,9 @@ fn observer_bench_events_per_iter() -> f64 {
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     let root = workspace_root()?;
+    if args.report_only {
+        return report::write(&root, &[], false, 0, 0);
+    }
     let quick = args.quick;
     let rounds = args.rounds.unwrap_or(if quick { 2 } else { 5 });
     let secs = args.seconds.unwrap_or(if quick { 4 } else { 10 });
