@@ -60,6 +60,22 @@ fn wait_for(rx: &mpsc::Receiver<String>, prefix: &str, what: &str) -> Result<()>
     }
 }
 
+/// Every loss the observer's summary counts, by any stage.
+pub fn total_dropped(summary: &Value) -> u64 {
+    let d = &summary["dropped"];
+    [
+        "kernel_ring",
+        "kernel_map",
+        "kernel_missed",
+        "evicted",
+        "channel",
+        "output",
+    ]
+    .iter()
+    .map(|k| d[k].as_u64().unwrap_or(0))
+    .sum()
+}
+
 /// The libssl that nginx and wrk map, for the peer's uprobes.
 pub fn libssl() -> Result<String> {
     for p in [

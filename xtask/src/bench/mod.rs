@@ -121,26 +121,20 @@ fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> R
     let worker = nginx.worker().context("nginx has no worker")?;
     let (s0, t0) = (proc::cpu_seconds(worker), tool.cpu());
     let pace = root.join("bench/pace.lua");
-    let r = load::wrk(&w.url, secs, w.conns, w.close, w.paced.then_some(pace.as_path()))?;
+    let r = load::wrk(
+        &w.url,
+        secs,
+        w.conns,
+        w.close,
+        w.paced.then_some(pace.as_path()),
+    )?;
     let (s1, t1) = (proc::cpu_seconds(worker), tool.cpu());
     let rss = tool.peak_rss();
     let t_stop = std::time::Instant::now();
     let summary = tool.stop()?;
     let shutdown_s = t_stop.elapsed().as_secs_f64();
     let (events, dropped) = summary.as_ref().map_or((0, 0), |s| {
-        let d = &s["dropped"];
-        let dropped = [
-            "kernel_ring",
-            "kernel_map",
-            "kernel_missed",
-            "evicted",
-            "channel",
-            "output",
-        ]
-        .iter()
-        .map(|k| d[k].as_u64().unwrap_or(0))
-        .sum();
-        (s["events"].as_u64().unwrap_or(0), dropped)
+        (s["events"].as_u64().unwrap_or(0), attach::total_dropped(s))
     });
     load::pause();
     Ok(Sample {

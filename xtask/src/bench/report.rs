@@ -189,7 +189,11 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
             r["date"].as_str().unwrap_or("?"),
             r["rounds"],
             r["seconds"],
-            if r["quick"] == json!(true) { " (quick)" } else { "" }
+            if r["quick"] == json!(true) {
+                " (quick)"
+            } else {
+                ""
+            }
         ));
     }
     md.push('\n');

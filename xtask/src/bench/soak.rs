@@ -70,18 +70,7 @@ pub fn run(root: &Path, secs: u64, rate: u64) -> Result<Value> {
     std::thread::sleep(Duration::from_secs(2));
     let rss_end = rss_bytes(pid);
     let summary = tool.stop()?.context("observer summary")?;
-    let d = &summary["dropped"];
-    let dropped: u64 = [
-        "kernel_ring",
-        "kernel_map",
-        "kernel_missed",
-        "evicted",
-        "channel",
-        "output",
-    ]
-    .iter()
-    .map(|k| d[k].as_u64().unwrap_or(0))
-    .sum();
+    let dropped = super::attach::total_dropped(&summary);
     let change = if rss_early > 0 {
         (rss_end as f64 - rss_early as f64) / rss_early as f64 * 100.0
     } else {
