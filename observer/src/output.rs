@@ -45,12 +45,8 @@ pub fn fmt_time(unix_ns: u64) -> String {
     )
 }
 
-fn endpoint(addr: &str, port: u16) -> String {
-    if addr.contains(':') {
-        format!("[{addr}]:{port}")
-    } else {
-        format!("{addr}:{port}")
-    }
+fn endpoint(addr: &std::net::IpAddr, port: u16) -> String {
+    std::net::SocketAddr::new(*addr, port).to_string()
 }
 
 pub fn text_line(r: &ConnRecord) -> String {
@@ -103,6 +99,6 @@ mod tests {
         assert_eq!(fmt_bytes(512), "512B");
         assert_eq!(fmt_bytes(2048), "2.0KiB");
         assert_eq!(fmt_time(3_723_004_000_000), "01:02:03.004");
-        assert_eq!(endpoint("::1", 80), "[::1]:80");
+        assert_eq!(endpoint(&"::1".parse().expect("ip"), 80), "[::1]:80");
     }
 }

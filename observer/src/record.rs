@@ -56,14 +56,16 @@ pub struct ConnRecord {
     pub state: State,
     pub pid: Option<u32>,
     pub tid: Option<u32>,
-    pub comm: Option<String>,
-    pub thread_comm: Option<String>,
-    pub exe: Option<String>,
+    // Shared with the connection table: a record costs no string copies.
+    pub comm: Option<Arc<str>>,
+    pub thread_comm: Option<Arc<str>>,
+    pub exe: Option<Arc<str>>,
     pub direction: Direction,
     pub family: Family,
-    pub local_addr: String,
+    /// Serialized as its text form (serde does so for IpAddr in JSON).
+    pub local_addr: IpAddr,
     pub local_port: u16,
-    pub remote_addr: String,
+    pub remote_addr: IpAddr,
     pub remote_port: u16,
     pub start_unix_ns: u64,
     pub end_unix_ns: Option<u64>,
@@ -157,16 +159,16 @@ impl ConnRecord {
             Some(o) => (
                 Some(o.pid),
                 Some(o.tid),
-                Some(o.comm.to_string()),
-                Some(o.thread_comm.to_string()),
-                o.exe.as_deref().map(str::to_owned),
+                Some(Arc::clone(&o.comm)),
+                Some(Arc::clone(&o.thread_comm)),
+                o.exe.clone(),
             ),
             None if owned => {
-                let c = comm_str(&conn.comm);
+                let c: Arc<str> = Arc::from(comm_str(&conn.comm));
                 (
                     Some(conn.pid),
                     Some(conn.tid),
-                    Some(c.clone()),
+                    Some(Arc::clone(&c)),
                     Some(c),
                     None,
                 )
@@ -192,9 +194,9 @@ impl ConnRecord {
             exe,
             direction,
             family,
-            local_addr: local.to_string(),
+            local_addr: local,
             local_port: conn.sport,
-            remote_addr: remote.to_string(),
+            remote_addr: remote,
             remote_port: conn.dport,
             start_unix_ns: clock.to_unix_ns(conn.start_ns),
             end_unix_ns: end_ns.map(|e| clock.to_unix_ns(e)),
@@ -254,8 +256,10 @@ mod tests {
         assert_eq!(r.start_unix_ns, 1_100);
         assert_eq!(r.end_unix_ns, Some(9_100));
         assert_eq!(r.duration_ns, Some(8_000));
-        assert_eq!(r.remote_addr, "10.1.2.3");
-        assert_eq!(r.local_addr, "127.0.0.1");
+        assert_eq!(r.remote_addr.to_string(), "10.1.2.3");
+        assert_eq!(r.local_addr.to_string(), "127.0.0.1");
+        let json = serde_json::to_value(&r).expect("serializes");
+        assert_eq!(json["remote_addr"], "10.1.2.3");
         assert_eq!(r.pid, Some(7));
         assert_eq!(r.comm.as_deref(), Some("curl"));
         assert_eq!(r.error, None);
@@ -333,8 +337,8 @@ mod tests {
         c.daddr = Ipv6Addr::from(Ipv4Addr::new(127, 0, 0, 1).to_ipv6_mapped().octets()).octets();
         c.saddr = Ipv6Addr::LOCALHOST.octets();
         let r = ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed);
-        assert_eq!(r.remote_addr, "127.0.0.1");
+        assert_eq!(r.remote_addr.to_string(), "127.0.0.1");
         assert_eq!(r.family, Family::Ipv4);
-        assert_eq!(r.local_addr, "::1");
+        assert_eq!(r.local_addr.to_string(), "::1");
     }
 }

@@ -28,12 +28,28 @@ fn loaded() -> usize {
         .count()
 }
 
+/// The count once it has stayed the same for 300 ms (at most 5 s).
+fn settled() -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut last = loaded();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = loaded();
+        if now == last || std::time::Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 #[test]
 fn signals_detach_every_program() {
     if !require_root("detach") {
         return;
     }
-    let before = loaded();
+    // Programs of observers that just exited (the previous test binaries')
+    // are freed after an RCU grace period: start from a settled count.
+    let before = settled();
     for signal in [libc::SIGINT, libc::SIGTERM] {
         let w = Watch::start(&[]);
         assert_eq!(
