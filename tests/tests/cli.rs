@@ -1,6 +1,6 @@
 //! What users see on bad input and without privileges, `--duration`, and
 //! `doctor`.
-#![allow(clippy::unwrap_used, reason = "a panic is a test failure")]
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{os::unix::fs::PermissionsExt, path::PathBuf, process::Command};
 

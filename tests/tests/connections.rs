@@ -1,6 +1,6 @@
 //! TCP connection records against real sockets, real processes, real curl.
 //! Needs root (loads eBPF); see tests/src/lib.rs.
-#![allow(clippy::unwrap_used, reason = "a panic is a test failure")]
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
     io::{BufRead, BufReader, Read, Write},

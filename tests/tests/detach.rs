@@ -1,7 +1,6 @@
 //! Ctrl-C and SIGTERM detach cleanly: no eBPF program of ours stays loaded.
 //! One test in this binary on purpose: cargo runs test binaries one at a time,
 //! so no other observer of this suite is running while it counts programs.
-#![allow(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use tests::*;
 

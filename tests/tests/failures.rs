@@ -1,7 +1,7 @@
 //! Connections that fail after the SYN went out: timed out, unreachable, reset.
 //! Timeouts and unreachable hosts are made inside a network namespace of the
 //! test's own (no netem here), so nothing leaves this machine.
-#![allow(clippy::unwrap_used, reason = "a panic is a test failure")]
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
     io::{Read, Write},

@@ -1,6 +1,6 @@
 //! Nothing is lost silently: when the reader cannot keep up, the kernel's
 //! ring-buffer drop counter says so.
-#![allow(clippy::unwrap_used, reason = "a panic is a test failure")]
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
     io::Write,
