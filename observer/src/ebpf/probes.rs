@@ -83,7 +83,7 @@ pub const PROBES: &[ProbeSpec] = &[
         hook: Hook::TracePoint,
         layout: tracepoints::sched_process_exec::LAYOUT,
         required: false,
-        feature: "fresh process names after exec (else cached until exit)",
+        feature: "executables of short-lived processes, fresh names after exec",
     },
     ProbeSpec {
         program: "sched_process_exit",
