@@ -5,7 +5,10 @@
 //! these by hand on either side.
 #![no_std]
 
+pub mod tls;
 pub mod tracepoints;
+
+pub use tls::TlsConn;
 
 /// Ring buffer that carries [`OwnerEvent`], [`CloseEvent`] and [`ProcessEvent`].
 pub const EVENTS_MAP: &str = "EVENTS";
@@ -49,6 +52,10 @@ pub enum EventKind {
     Exec = 3,
     /// A process (thread group) exited.
     Exit = 4,
+    /// A process began using TLS ([`tls::TlsProcessEvent`]).
+    TlsProcess = 5,
+    /// The server name of a TLS connection ([`tls::TlsNameEvent`]).
+    TlsName = 6,
 }
 
 impl EventKind {
@@ -58,6 +65,8 @@ impl EventKind {
             2 => Some(Self::Close),
             3 => Some(Self::Exec),
             4 => Some(Self::Exit),
+            5 => Some(Self::TlsProcess),
+            6 => Some(Self::TlsName),
             _ => None,
         }
     }
@@ -85,6 +94,8 @@ pub const FLAG_OWNED: u8 = 1;
 pub const FLAG_RESET_RX: u8 = 2;
 /// `Conn::flags`: the connection reached ESTABLISHED.
 pub const FLAG_ESTABLISHED: u8 = 4;
+/// `Conn::flags`: a TLS session is tied to this socket (see [`tls`]).
+pub const FLAG_TLS: u8 = 8;
 
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;
@@ -167,6 +178,8 @@ pub struct OwnerEvent {
 pub struct CloseEvent {
     pub hdr: EventHeader,
     pub conn: Conn,
+    /// The connection's TLS timings (`library == 0`: no TLS seen).
+    pub tls: TlsConn,
 }
 
 /// Bytes of the exec'd path kept (longer paths are cut).
@@ -213,12 +226,16 @@ pub enum Counter {
     /// (a reconnect after failure, or a missed destroy); the earlier one was
     /// sent as closed.
     Replaced = 6,
+    /// A TLS session or TLS connection could not be stored (map full).
+    TlsInsertFailed = 7,
+    /// TLS sessions tied to their socket.
+    TlsBound = 8,
 }
 
-pub const COUNTER_SLOTS: u32 = 8;
+pub const COUNTER_SLOTS: u32 = 16;
 
 impl Counter {
-    pub const ALL: [Counter; 7] = [
+    pub const ALL: [Counter; 9] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -226,6 +243,8 @@ impl Counter {
         Counter::Closed,
         Counter::CloseUntracked,
         Counter::Replaced,
+        Counter::TlsInsertFailed,
+        Counter::TlsBound,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -237,12 +256,17 @@ impl Counter {
             Counter::Closed => "closed",
             Counter::CloseUntracked => "close_untracked",
             Counter::Replaced => "replaced",
+            Counter::TlsInsertFailed => "kernel_tls_insert_failed",
+            Counter::TlsBound => "tls_bound",
         }
     }
 
     /// Whether the counter means data was lost.
     pub const fn is_loss(self) -> bool {
-        matches!(self, Counter::RingFull | Counter::ConnInsertFailed)
+        matches!(
+            self,
+            Counter::RingFull | Counter::ConnInsertFailed | Counter::TlsInsertFailed
+        )
     }
 }
 
@@ -251,12 +275,14 @@ mod pod {
     // SAFETY: all of these are repr(C), Copy, contain only integers and byte
     // arrays, and have no implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for super::Conn {}
+    unsafe impl aya::Pod for super::TlsConn {}
+    unsafe impl aya::Pod for super::tls::TlsProc {}
 }
 
 // Layout checks: a change here is a wire-format change on both sides.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
 const _: () = assert!(core::mem::size_of::<Conn>() == 160);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 40);
-const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 160);
+const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 160 + 112);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 24 + EXEC_PATH_LEN);

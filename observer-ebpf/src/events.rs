@@ -2,9 +2,12 @@
 //! counted, never silent.
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
-use observer_common::{CloseEvent, Conn, Counter, EventKind, OwnerEvent};
+use observer_common::{
+    tls::{TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
+    CloseEvent, Conn, Counter, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
+};
 
-use crate::maps::{count, sk_err_offset, srtt_us_offset, wakeup_bytes, CONNS, EVENTS};
+use crate::maps::{count, sk_err_offset, srtt_us_offset, wakeup_bytes, CONNS, EVENTS, TLS_CONNS};
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -60,13 +63,66 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
                 (*ev).hdr.size = core::mem::size_of::<CloseEvent>() as u32;
                 (*ev).hdr.ts_ns = now;
                 (*ev).conn = *conn;
+                (*ev).tls = TlsConn::default();
+                if (*conn).flags & FLAG_TLS != 0 {
+                    if let Some(tls) = TLS_CONNS.get_ptr(&sk) {
+                        (*ev).tls = *tls;
+                    }
+                }
             }
             entry.submit(submit_flags());
         }
         None => count(Counter::RingFull),
     }
     count(Counter::Closed);
+    // SAFETY: `conn` still points at the live map value.
+    if unsafe { (*conn).flags } & FLAG_TLS != 0 {
+        let _ = TLS_CONNS.remove(&sk);
+    }
     let _ = CONNS.remove(&sk);
+}
+
+/// Announces a process's first TLS session. Wakes the reader at once: the
+/// per-process probes it may attach should be in before the first request.
+#[inline(always)]
+pub fn emit_tls_process(pid: u32, library: u8, now: u64) {
+    match EVENTS.reserve::<TlsProcessEvent>(0) {
+        Some(mut entry) => {
+            let ev = entry.as_mut_ptr();
+            // SAFETY: `ev` points at a reserved record of the right size.
+            unsafe {
+                (*ev).hdr.kind = EventKind::TlsProcess as u32;
+                (*ev).hdr.size = core::mem::size_of::<TlsProcessEvent>() as u32;
+                (*ev).hdr.ts_ns = now;
+                (*ev).pid = pid;
+                (*ev).library = u32::from(library);
+            }
+            entry.submit(BPF_RB_FORCE_WAKEUP);
+        }
+        None => count(Counter::RingFull),
+    }
+}
+
+/// Sends the server name of the TLS session on `sk`.
+#[inline(always)]
+pub fn emit_tls_name(sk: u64, name: &[u8; SERVER_NAME_LEN], len: u32, now: u64) {
+    match EVENTS.reserve::<TlsNameEvent>(0) {
+        Some(mut entry) => {
+            let ev = entry.as_mut_ptr();
+            // SAFETY: `ev` points at a reserved record of the right size.
+            unsafe {
+                (*ev).hdr.kind = EventKind::TlsName as u32;
+                (*ev).hdr.size = core::mem::size_of::<TlsNameEvent>() as u32;
+                (*ev).hdr.ts_ns = now;
+                (*ev).sk = sk;
+                (*ev).len = len;
+                (*ev)._pad = 0;
+                (*ev).name = *name;
+            }
+            entry.submit(submit_flags());
+        }
+        None => count(Counter::RingFull),
+    }
 }
 
 /// Reads a 32-bit field of the socket at `off` (0: offset unknown -> 0).

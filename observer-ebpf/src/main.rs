@@ -13,6 +13,10 @@ mod events;
 #[cfg(target_arch = "bpf")]
 mod inet_sock_set_state;
 #[cfg(target_arch = "bpf")]
+mod libgnutls;
+#[cfg(target_arch = "bpf")]
+mod libssl;
+#[cfg(target_arch = "bpf")]
 mod sched_process;
 #[cfg(target_arch = "bpf")]
 mod sock_length;
@@ -20,6 +24,10 @@ mod sock_length;
 mod tcp_destroy_sock;
 #[cfg(target_arch = "bpf")]
 mod tcp_health;
+#[cfg(target_arch = "bpf")]
+mod tls_calls;
+#[cfg(target_arch = "bpf")]
+mod tls_state;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

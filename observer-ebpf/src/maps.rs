@@ -4,7 +4,13 @@ use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
-use observer_common::{Conn, Counter, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES};
+use observer_common::{
+    tls::{
+        TlsCall, TlsProc, TlsSession, TlsSessionKey, MAX_TLS_CONNS, MAX_TLS_PROCS,
+        MAX_TLS_SESSIONS, MAX_TLS_THREADS,
+    },
+    Conn, Counter, TlsConn, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES,
+};
 
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
@@ -72,3 +78,25 @@ pub fn count(counter: Counter) {
         unsafe { *slot += 1 };
     }
 }
+
+/// TLS session -> its timings until tied to a socket, then its socket.
+#[map(name = "TLS_SESSIONS")]
+pub static TLS_SESSIONS: LruHashMap<TlsSessionKey, TlsSession> =
+    LruHashMap::with_max_entries(MAX_TLS_SESSIONS, 0);
+
+/// Socket pointer -> TLS timings of the connection.
+#[map(name = "TLS_CONNS")]
+pub static TLS_CONNS: LruHashMap<u64, TlsConn> = LruHashMap::with_max_entries(MAX_TLS_CONNS, 0);
+
+/// Thread (pid_tgid) -> its last TLS call.
+#[map(name = "TLS_CALLS")]
+pub static TLS_CALLS: LruHashMap<u64, TlsCall> = LruHashMap::with_max_entries(MAX_TLS_THREADS, 0);
+
+/// Process (tgid) -> TLS use; a new entry announces the process to userspace.
+#[map(name = "TLS_PROCS")]
+pub static TLS_PROCS: LruHashMap<u32, TlsProc> = LruHashMap::with_max_entries(MAX_TLS_PROCS, 0);
+
+/// Scratch space for building a session (too big for the 512-byte stack
+/// next to the rest of a probe's locals).
+#[map(name = "TLS_SCRATCH")]
+pub static TLS_SCRATCH: PerCpuArray<TlsSession> = PerCpuArray::with_max_entries(1, 0);

@@ -13,12 +13,13 @@ use aya_ebpf::{
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use observer_common::{Conn, FLAG_OWNED};
+use observer_common::{Conn, FLAG_OWNED, FLAG_TLS};
 
 use crate::{
     ctx::now_ns,
     events::{emit_owner, sk_srtt_us},
     maps::{own_tgid, CONNS},
+    tls_state,
 };
 
 /// recvmsg flag: data was only looked at, it is still queued.
@@ -51,6 +52,12 @@ fn try_io(ctx: &RawTracePointContext, tx: bool) -> Option<()> {
     let conn = unsafe { &mut *conn };
     if conn.flags & FLAG_OWNED == 0 && !claim(sk, conn, now_ns()) {
         return None;
+    }
+    if conn.flags & FLAG_TLS == 0 {
+        // Is a TLS call of this thread doing (or did it just ask for) this I/O?
+        tls_state::bind(sk, conn, bpf_get_current_pid_tgid(), now_ns());
+    } else {
+        tls_state::socket_io(sk, tx);
     }
     let (first, bytes, calls) = if tx {
         (

@@ -61,6 +61,19 @@ pub struct WatchArgs {
     /// Kernel ring buffer size in bytes (a power of two, at least 4096).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_BYTES, value_parser = parse_ring_bytes)]
     pub ring_bytes: u32,
+    /// When to attach the per-call TLS read/write probes (about 5 us per call):
+    /// auto: to each process from its first TLS session while it makes at most
+    /// --tls-plaintext-max-rate calls/s; all: to every process; off: never
+    /// (TLS first-byte times then come from the socket).
+    #[arg(long, value_enum, value_name = "POLICY", default_value = "auto")]
+    pub tls_plaintext_probes: crate::tls::Policy,
+    /// Plaintext TLS calls per second above which a process's per-call probes
+    /// come off (auto policy).
+    #[arg(long, value_name = "CALLS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tls_plaintext_max_rate: u64,
+    /// Processes with per-call TLS probes at once (auto policy).
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub tls_plaintext_max_processes: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -132,6 +145,12 @@ mod tests {
         assert_eq!(w.direction, Some(DirectionArg::Inbound));
         assert_eq!(w.duration, Some(Duration::from_millis(1500)));
         assert_eq!(w.update_interval, Duration::from_secs(10));
+        assert_eq!(w.tls_plaintext_probes, crate::tls::Policy::Auto);
+        let cli = parse(&["watch", "--tls-plaintext-probes", "off"]).expect("parses");
+        let Command::Watch(w) = cli.command else {
+            panic!("not watch")
+        };
+        assert_eq!(w.tls_plaintext_probes, crate::tls::Policy::Off);
     }
 
     #[test]
@@ -144,6 +163,8 @@ mod tests {
             &["watch", "--duration", "0"],
             &["watch", "--direction", "sideways"],
             &["watch", "--ring-bytes", "5000"],
+            &["watch", "--tls-plaintext-probes", "some"],
+            &["watch", "--tls-plaintext-max-rate", "0"],
             &["watch", "--bogus"],
             &["frobnicate"],
         ] {

@@ -8,23 +8,30 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use observer_common::Conn;
+use observer_common::{Conn, TlsConn, FLAG_TLS};
 
 use crate::{
     clock::Clock,
     decode::Event,
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, Owner, State},
+    tls::TlsRecord,
 };
 
-/// Read access to the kernel's live connection map (a trait so the table can
+/// Read access to the kernel's live connection maps (a trait so the table can
 /// be tested without root).
 pub trait KernelConns {
     fn lookup(&self, sk: u64) -> Option<Conn>;
+    /// The TLS timings of a connection whose `Conn` carries FLAG_TLS.
+    fn lookup_tls(&self, _sk: u64) -> Option<TlsConn> {
+        None
+    }
 }
 
 struct Live {
     owner: Owner,
+    /// TLS server name, from the client's library call.
+    server_name: Option<Arc<str>>,
     /// Monotonic time of the last snapshot record (0: none yet).
     last_snapshot_ns: u64,
     /// The connection was missing from CONNS at the previous snapshot pass.
@@ -96,21 +103,34 @@ impl ConnTable {
                     sk,
                     Live {
                         owner,
+                        server_name: None,
                         last_snapshot_ns: 0,
                         missing: false,
                     },
                 );
                 None
             }
-            Event::Close(conn) => {
+            Event::Close(conn, tls) => {
                 let live = self.live.remove(&conn.sk);
-                Some(ConnRecord::new(
+                let mut r = ConnRecord::new(
                     &conn,
                     live.as_ref().map(|l| &l.owner),
                     &self.clock,
                     State::Closed,
-                ))
+                );
+                let name = live.and_then(|l| l.server_name);
+                r.tls = TlsRecord::new(&tls, r.direction, State::Closed, name);
+                Some(r)
             }
+            Event::TlsName { sk, len, name } => {
+                if let Some(live) = self.live.get_mut(&sk) {
+                    let name = String::from_utf8_lossy(&name[..len]);
+                    live.server_name = Some(Arc::from(name.trim_end_matches('\0')));
+                }
+                None
+            }
+            // For the TLS probe manager, not for the table.
+            Event::TlsProcess { .. } => None,
             Event::Exec { pid, filename } => {
                 self.procs.exec(pid, &comm_str_n(&filename));
                 None
@@ -145,12 +165,7 @@ impl ConnTable {
                     live.missing = false;
                     if now_ns.saturating_sub(conn.start_ns) >= interval_ns {
                         live.last_snapshot_ns = now_ns;
-                        out.push(ConnRecord::new(
-                            &conn,
-                            Some(&live.owner),
-                            &self.clock,
-                            State::Open,
-                        ));
+                        out.push(snapshot(kernel, &conn, live, &self.clock, State::Open));
                     }
                 }
                 // Its close event may still be in flight: only the second miss counts.
@@ -179,12 +194,7 @@ impl ConnTable {
                     } else {
                         State::Open
                     };
-                    out.push(ConnRecord::new(
-                        &conn,
-                        Some(&live.owner),
-                        &self.clock,
-                        state,
-                    ));
+                    out.push(snapshot(kernel, &conn, &live, &self.clock, state));
                 }
                 None => self.evicted += 1,
             }
@@ -192,6 +202,23 @@ impl ConnTable {
         out.sort_by_key(|r| r.start_unix_ns);
         out
     }
+}
+
+/// The record of a connection read from the kernel's maps.
+fn snapshot(
+    kernel: &impl KernelConns,
+    conn: &Conn,
+    live: &Live,
+    clock: &Clock,
+    state: State,
+) -> ConnRecord {
+    let mut r = ConnRecord::new(conn, Some(&live.owner), clock, state);
+    if conn.flags & FLAG_TLS != 0 {
+        if let Some(tls) = kernel.lookup_tls(conn.sk) {
+            r.tls = TlsRecord::new(&tls, r.direction, state, live.server_name.clone());
+        }
+    }
+    r
 }
 
 #[cfg(test)]
@@ -250,7 +277,9 @@ mod tests {
             end_ns: 1_000,
             ..conn(1, me)
         };
-        let r = t.handle(Event::Close(closed)).expect("a record");
+        let r = t
+            .handle(Event::Close(closed, TlsConn::default()))
+            .expect("a record");
         assert_eq!(r.pid, Some(me));
         assert_eq!(r.tid, Some(me + 1));
         assert_eq!(r.thread_comm.as_deref(), Some("worker-thread"));
@@ -269,7 +298,9 @@ mod tests {
             pid: 0,
             ..conn(5, 0)
         };
-        let r = t.handle(Event::Close(c)).expect("a record");
+        let r = t
+            .handle(Event::Close(c, TlsConn::default()))
+            .expect("a record");
         assert_eq!(r.pid, None);
         assert_eq!(r.comm, None);
     }

@@ -1,7 +1,9 @@
 //! The one place that turns ring-buffer bytes into typed events.
 
 use observer_common::{
-    CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, EXEC_PATH_LEN,
+    tls::{TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
+    CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, TlsConn,
+    EXEC_PATH_LEN,
 };
 
 /// A decoded ring-buffer record.
@@ -16,8 +18,9 @@ pub enum Event {
         comm: [u8; 16],
         direction: u8,
     },
-    /// A connection closed; its final state.
-    Close(Conn),
+    /// A connection closed; its final state and TLS timings (`library == 0`:
+    /// no TLS seen).
+    Close(Conn, TlsConn),
     /// `pid` exec'd `filename` (NUL-terminated, as given to exec).
     Exec {
         pid: u32,
@@ -25,6 +28,14 @@ pub enum Event {
     },
     /// Process `pid` exited.
     Exit { pid: u32 },
+    /// Process `pid` began using TLS through `library`.
+    TlsProcess { pid: u32, library: u8 },
+    /// The server name of the TLS connection on `sk`.
+    TlsName {
+        sk: u64,
+        len: usize,
+        name: [u8; SERVER_NAME_LEN],
+    },
 }
 
 /// Why a record could not be decoded. Each is counted, never fatal.
@@ -77,7 +88,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         }
         EventKind::Close => {
             let ev: CloseEvent = read(bytes, hdr.kind)?;
-            Ok(Event::Close(ev.conn))
+            Ok(Event::Close(ev.conn, ev.tls))
         }
         EventKind::Exec => {
             let ev: ExecEvent = read(bytes, hdr.kind)?;
@@ -89,6 +100,21 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         EventKind::Exit => {
             let ev: ProcessEvent = read(bytes, hdr.kind)?;
             Ok(Event::Exit { pid: ev.pid })
+        }
+        EventKind::TlsProcess => {
+            let ev: TlsProcessEvent = read(bytes, hdr.kind)?;
+            Ok(Event::TlsProcess {
+                pid: ev.pid,
+                library: ev.library as u8,
+            })
+        }
+        EventKind::TlsName => {
+            let ev: TlsNameEvent = read(bytes, hdr.kind)?;
+            Ok(Event::TlsName {
+                sk: ev.sk,
+                len: (ev.len as usize).min(SERVER_NAME_LEN),
+                name: ev.name,
+            })
         }
     }
 }
@@ -148,11 +174,35 @@ mod tests {
             bytes_rx: 200,
             ..Conn::default()
         };
+        let tls = TlsConn {
+            hs_start_ns: 5,
+            library: observer_common::tls::library::GNUTLS,
+            ..TlsConn::default()
+        };
         let ev = CloseEvent {
             hdr: hdr(EventKind::Close, std::mem::size_of::<CloseEvent>()),
             conn,
+            tls,
         };
-        assert_eq!(decode(as_bytes(&ev)), Ok(Event::Close(conn)));
+        assert_eq!(decode(as_bytes(&ev)), Ok(Event::Close(conn, tls)));
+        let mut name = [0u8; SERVER_NAME_LEN];
+        name[..9].copy_from_slice(b"localhost");
+        let n = TlsNameEvent {
+            hdr: hdr(EventKind::TlsName, std::mem::size_of::<TlsNameEvent>()),
+            sk: 9,
+            len: 900,
+            _pad: 0,
+            name,
+        };
+        assert_eq!(
+            decode(as_bytes(&n)),
+            Ok(Event::TlsName {
+                sk: 9,
+                len: SERVER_NAME_LEN,
+                name
+            }),
+            "a length past the buffer is clamped"
+        );
         let p = ProcessEvent {
             hdr: hdr(EventKind::Exit, 24),
             pid: 99,

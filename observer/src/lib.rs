@@ -15,5 +15,6 @@ pub mod privileges;
 pub mod process;
 pub mod record;
 pub mod stats;
+pub mod tls;
 pub mod tracefs;
 pub mod watch;

@@ -82,6 +82,8 @@ pub struct ConnRecord {
     pub resets_received: u32,
     pub srtt_us: Option<u32>,
     pub error: Option<&'static str>,
+    /// TLS phases (null when no TLS library call was seen on the connection).
+    pub tls: Option<crate::tls::TlsRecord>,
 }
 
 /// The kernel's thread name: bytes up to the first NUL.
@@ -213,6 +215,7 @@ impl ConnRecord {
             resets_received: u32::from(conn.resets_rx),
             srtt_us: (conn.srtt_us != 0).then_some(conn.srtt_us),
             error: error_of(conn, state),
+            tls: None,
         }
     }
 }

@@ -20,6 +20,8 @@ pub struct Stats {
     pub open: AtomicU64,
     /// Records not shown because of --pid/--comm/--port/--direction.
     pub filtered: AtomicU64,
+    /// Process events the TLS probe manager could not take (queue full).
+    pub tls_commands_full: AtomicU64,
 }
 
 impl Stats {
@@ -51,6 +53,14 @@ pub struct Summary {
     /// Connections whose close the kernel never showed us (see `kernel_missed`),
     /// found when their socket pointer was reused.
     pub replaced: u64,
+    /// TLS sessions tied to their socket.
+    pub tls_bound: u64,
+    /// TLS sessions or connections the kernel could not store (maps full).
+    pub tls_insert_failed: u64,
+    /// Process events the TLS probe manager missed (its queue was full).
+    pub tls_commands_dropped: u64,
+    /// TLS libraries found and probes attached.
+    pub tls: Option<crate::tls::TlsReport>,
     /// Per-program run counts, run time and misses.
     pub programs: Vec<crate::ebpf::prog_stats::ProgStats>,
 }

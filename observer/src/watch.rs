@@ -4,7 +4,7 @@
 //! correlator (ConnTable; snapshots) -> output thread (stdout). Stages are
 //! joined by bounded channels; what a full channel refuses is counted.
 
-use std::{io::Write, sync::Arc, time::Duration};
+use std::{io::Write, path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
@@ -26,6 +26,7 @@ use crate::{
     process::ProcessCache,
     record::{ConnRecord, State},
     stats::{Dropped, Stats, Summary},
+    tls::{self, TlsProbes},
     tracefs,
 };
 
@@ -34,6 +35,8 @@ const EVENT_CHANNEL_BATCHES: usize = 4096;
 const MAX_BATCH: usize = 1024;
 /// Records waiting for the output thread.
 const OUTPUT_CHANNEL: usize = 65_536;
+/// Process events waiting for the TLS probe manager.
+const TLS_COMMANDS: usize = 4096;
 
 pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     let opts = LoadOptions {
@@ -52,6 +55,16 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         );
     }
     let mut bpf = loaded.ebpf;
+    let mut tls = TlsProbes::new(
+        &mut bpf,
+        tls::Settings {
+            policy: args.tls_plaintext_probes,
+            max_rate: args.tls_plaintext_max_rate,
+            max_processes: args.tls_plaintext_max_processes as usize,
+        },
+        Path::new("/proc"),
+    );
+    tls.discover(&mut bpf);
     let ring = RingBuf::try_from(bpf.take_map(EVENTS_MAP).context("no EVENTS map")?)
         .context("EVENTS is not a ring buffer")?;
     // SAFETY: the RingBuf owns its map fd for its whole life and always returns
@@ -76,18 +89,35 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         .name("output".into())
         .spawn(move || write_output(out_rx, format))
         .context("starting the output thread")?;
+    let ready = format!(
+        "{}; {}",
+        ready_line(&reports, opts.max_connections),
+        tls.summary()
+    );
+    // The TLS manager owns the eBPF object while it runs (it attaches and
+    // detaches uprobes) and gives it back when stopped.
+    let (tls_tx, tls_rx) = std::sync::mpsc::sync_channel(TLS_COMMANDS);
+    let manager = std::thread::Builder::new()
+        .name("tls-probes".into())
+        .spawn(move || tls.run(bpf, tls_rx))
+        .context("starting the TLS probe thread")?;
     let reader = tokio::spawn(read_ring(ring, ev_tx, stop_rx, Arc::clone(&stats)));
     let correlator = tokio::spawn(correlate(
         ev_rx,
         out_tx,
         conns,
+        tls_tx.clone(),
         Filter::from_args(&args),
         args.update_interval,
         Arc::clone(&stats),
     ));
 
-    eprintln!("{}", ready_line(&reports, opts.max_connections));
+    eprintln!("{ready}");
     wait_for_stop(args.duration).await?;
+    let _ = tls_tx.send(tls::Command::Stop);
+    let (mut bpf, tls_report) = manager
+        .join()
+        .map_err(|_| anyhow::anyhow!("the TLS probe thread panicked"))?;
     // Freeze the kernel side first, so the last drain sees every event and the
     // open-connection snapshot reads a map that no longer changes.
     let prog_stats = ebpf::prog_stats::read(&bpf);
@@ -127,6 +157,10 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         kernel_tracked_at_stop: end.kernel_tracked,
         close_untracked: k(Counter::CloseUntracked),
         replaced: k(Counter::Replaced),
+        tls_bound: k(Counter::TlsBound),
+        tls_insert_failed: k(Counter::TlsInsertFailed),
+        tls_commands_dropped: Stats::get(&stats.tls_commands_full),
+        tls: Some(tls_report),
         programs: prog_stats,
     })
 }
@@ -229,6 +263,7 @@ async fn correlate(
     mut rx: mpsc::Receiver<Vec<Event>>,
     out: mpsc::Sender<ConnRecord>,
     conns: KernelConnMap,
+    tls_tx: std::sync::mpsc::SyncSender<tls::Command>,
     filter: Filter,
     update_interval: Duration,
     stats: Arc<Stats>,
@@ -255,6 +290,17 @@ async fn correlate(
             batch = rx.recv() => {
                 let Some(batch) = batch else { break };
                 for ev in batch {
+                    let cmd = match ev {
+                        Event::TlsProcess { pid, .. } => Some(tls::Command::TlsProcess(pid)),
+                        Event::Exec { pid, .. } => Some(tls::Command::Exec(pid)),
+                        Event::Exit { pid } => Some(tls::Command::Exit(pid)),
+                        _ => None,
+                    };
+                    if let Some(cmd) = cmd {
+                        if let Err(std::sync::mpsc::TrySendError::Full(_)) = tls_tx.try_send(cmd) {
+                            Stats::add(&stats.tls_commands_full, 1);
+                        }
+                    }
                     if let Some(r) = table.handle(ev) {
                         emit(r);
                     }
@@ -277,7 +323,7 @@ async fn correlate(
     CorrelatorEnd {
         evicted: table.evicted,
         proc_unreadable: table.proc_unreadable(),
-        kernel_tracked: conns.0.keys().count() as u64,
+        kernel_tracked: conns.conns.keys().count() as u64,
     }
 }
 

@@ -9,9 +9,9 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use observer_common::{
-    tracepoints, Conn, Counter, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_RING_BYTES, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL, SK_ERR_OFFSET_GLOBAL,
-    SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    tls::TLS_CONNS_MAP, tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP,
+    OWN_TGID_GLOBAL, SK_ERR_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
 use super::probes::{Hook, ProbeReport, ProbeSpec, ProbeStatus, PROBES};
@@ -180,6 +180,7 @@ pub fn detach_all(ebpf: &mut Ebpf) {
         let res = match prog {
             Program::TracePoint(p) => p.unload(),
             Program::RawTracePoint(p) => p.unload(),
+            Program::UProbe(p) => p.unload(),
             _ => Ok(()),
         };
         if let Err(e) = res {
@@ -205,18 +206,28 @@ pub fn read_counters(ebpf: &Ebpf) -> Vec<(Counter, u64)> {
         .collect()
 }
 
-/// The kernel's CONNS map, read by the correlator for snapshots.
-pub struct KernelConnMap(pub HashMap<MapData, u64, Conn>);
+/// The kernel's CONNS and TLS_CONNS maps, read by the correlator for snapshots.
+pub struct KernelConnMap {
+    pub conns: HashMap<MapData, u64, Conn>,
+    pub tls: Option<HashMap<MapData, u64, TlsConn>>,
+}
 
 impl KernelConnMap {
     pub fn take(ebpf: &mut Ebpf) -> Option<Self> {
         let map = ebpf.take_map(CONNS_MAP)?;
-        HashMap::try_from(map).ok().map(Self)
+        let tls = ebpf
+            .take_map(TLS_CONNS_MAP)
+            .and_then(|m| HashMap::try_from(m).ok());
+        HashMap::try_from(map).ok().map(|conns| Self { conns, tls })
     }
 }
 
 impl KernelConns for KernelConnMap {
     fn lookup(&self, sk: u64) -> Option<Conn> {
-        self.0.get(&sk, 0).ok()
+        self.conns.get(&sk, 0).ok()
+    }
+
+    fn lookup_tls(&self, sk: u64) -> Option<TlsConn> {
+        self.tls.as_ref()?.get(&sk, 0).ok()
     }
 }

@@ -1,0 +1,183 @@
+//! Shared types of the TLS library probes (OpenSSL, BoringSSL, GnuTLS).
+//!
+//! A TLS session is keyed by the process and the library's session pointer
+//! (`SSL *`, `gnutls_session_t`). It is tied to a socket the first time its
+//! thread does socket I/O inside (or right after) a TLS call; from then on its
+//! timings live in [`TLS_CONNS_MAP`] under the socket pointer, beside the
+//! socket's [`crate::Conn`], and leave with the connection's close record.
+
+/// LRU hash: [`TlsSessionKey`] -> [`TlsSession`].
+pub const TLS_SESSIONS_MAP: &str = "TLS_SESSIONS";
+/// LRU hash: socket pointer -> [`TlsConn`].
+pub const TLS_CONNS_MAP: &str = "TLS_CONNS";
+/// LRU hash: pid_tgid of a thread -> [`TlsCall`], the thread's last TLS call.
+pub const TLS_CALLS_MAP: &str = "TLS_CALLS";
+/// LRU hash: tgid -> [`TlsProc`], processes that use TLS.
+pub const TLS_PROCS_MAP: &str = "TLS_PROCS";
+
+/// Sessions tracked at once (about 270 bytes each).
+pub const MAX_TLS_SESSIONS: u32 = 16_384;
+/// TLS connections tracked at once (about 120 bytes each).
+pub const MAX_TLS_CONNS: u32 = 16_384;
+/// Threads remembered between a TLS call and the socket I/O it leads to.
+pub const MAX_TLS_THREADS: u32 = 16_384;
+/// Processes remembered as TLS users.
+pub const MAX_TLS_PROCS: u32 = 8_192;
+
+/// Socket I/O by a thread this long after its last TLS call returned still
+/// belongs to that call's session (programs with memory BIOs, such as Node.js,
+/// write the bytes a TLS call produced after the call returns).
+pub const BIND_WINDOW_NS: u64 = 20_000_000;
+
+/// Bytes of a server name kept (longer names are cut).
+pub const SERVER_NAME_LEN: usize = 128;
+
+/// TLS libraries, passed to each probe as its attach cookie.
+pub mod library {
+    pub const OPENSSL: u8 = 1;
+    pub const BORINGSSL: u8 = 2;
+    pub const GNUTLS: u8 = 3;
+
+    pub const fn name(id: u8) -> &'static str {
+        match id {
+            OPENSSL => "openssl",
+            BORINGSSL => "boringssl",
+            GNUTLS => "gnutls",
+            _ => "unknown",
+        }
+    }
+}
+
+/// [`TlsConn::flags`]: the handshake completed.
+pub const TLS_HS_DONE: u8 = 1;
+/// A plaintext read or write was seen on the session (the plaintext probes
+/// were attached to its process).
+pub const TLS_PLAINTEXT: u8 = 2;
+/// The last plaintext call that moved data was a write.
+pub const TLS_LAST_WRITE: u8 = 4;
+/// The last plaintext call that moved data was a read.
+pub const TLS_LAST_READ: u8 = 8;
+/// The session was first seen after its start (it existed before the
+/// observer, or its first calls were missed): no handshake timing.
+pub const TLS_MIDSTREAM: u8 = 16;
+/// A handshake call or the start of one was seen.
+pub const TLS_HS_STARTED: u8 = 32;
+
+/// TLS timings of one connection. CLOCK_MONOTONIC ns; 0: did not happen.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlsConn {
+    /// Entry of the first handshake call (or first TLS call) on the session.
+    pub hs_start_ns: u64,
+    /// Return of the call that completed the handshake.
+    pub hs_end_ns: u64,
+    /// Entry of the first plaintext write that moved data.
+    pub pt_first_write_ns: u64,
+    /// Return of the first plaintext read that returned data.
+    pub pt_first_read_ns: u64,
+    /// Return of the first plaintext read with data after a write (client TTFB end).
+    pub pt_read_after_write_ns: u64,
+    /// Entry of the first plaintext write after a read (server answer start).
+    pub pt_write_after_read_ns: u64,
+    /// Socket level, after the handshake: first send; first receive after it.
+    pub sk_send_after_hs_ns: u64,
+    pub sk_recv_after_send_ns: u64,
+    /// Socket level, after the handshake: first receive; first send after it.
+    pub sk_recv_after_hs_ns: u64,
+    pub sk_send_after_recv_ns: u64,
+    pub pt_sent: u64,
+    pub pt_received: u64,
+    /// Last return value of a handshake call that did not complete it.
+    pub hs_ret: i32,
+    /// Reads with data that followed a write (client exchanges).
+    pub exchanges_client: u32,
+    /// Writes that followed a read with data (server exchanges).
+    pub exchanges_server: u32,
+    /// A [`library`] id; 0: no TLS seen on this connection.
+    pub library: u8,
+    pub flags: u8,
+    pub _pad: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlsSessionKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    /// The library's session pointer in that process.
+    pub ssl: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsSession {
+    /// The socket the session was tied to (0: not yet).
+    pub sk: u64,
+    /// Timings gathered before the session was tied to a socket.
+    pub tls: TlsConn,
+    /// Server name set by the client (NUL-terminated unless full).
+    pub name: [u8; SERVER_NAME_LEN],
+    pub name_len: u32,
+    pub _pad: u32,
+}
+
+/// Operation of a TLS call in flight.
+pub mod op {
+    pub const HANDSHAKE: u8 = 1;
+    pub const READ: u8 = 2;
+    pub const WRITE: u8 = 3;
+}
+
+/// The last TLS call a thread made (or is making).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlsCall {
+    pub ssl: u64,
+    pub entry_ns: u64,
+    /// Return time of the call (0 while it runs).
+    pub ret_ns: u64,
+    /// `size_t *` where SSL_read_ex / SSL_write_ex store the byte count (0: the
+    /// call returns the count).
+    pub count_ptr: u64,
+    pub op: u8,
+    pub library: u8,
+    /// The session is already tied to a socket (no binding needed).
+    pub bound: u8,
+    pub _pad: [u8; 5],
+}
+
+/// A process seen using TLS.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlsProc {
+    /// Plaintext calls made while the plaintext probes were attached to it.
+    pub plaintext_calls: u64,
+}
+
+/// Record for [`crate::EventKind::TlsProcess`]: a process began using TLS
+/// (its first session), so userspace may attach per-process probes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TlsProcessEvent {
+    pub hdr: crate::EventHeader,
+    pub pid: u32,
+    pub library: u32,
+}
+
+/// Record for [`crate::EventKind::TlsName`]: the server name of the TLS
+/// session on socket `sk`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TlsNameEvent {
+    pub hdr: crate::EventHeader,
+    pub sk: u64,
+    pub len: u32,
+    pub _pad: u32,
+    pub name: [u8; SERVER_NAME_LEN],
+}
+
+const _: () = assert!(core::mem::size_of::<TlsConn>() == 112);
+const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 112 + SERVER_NAME_LEN + 8);
+const _: () = assert!(core::mem::size_of::<TlsCall>() == 40);
+const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<TlsNameEvent>() == 32 + SERVER_NAME_LEN);

@@ -1,0 +1,342 @@
+//! TLS session state shared by the library probes (`tls_calls`, `libssl`,
+//! `libgnutls`) and the socket probes that tie a session to its socket.
+//!
+//! Every function here runs inside a uprobe (about 5 us per hit in a VM), so
+//! each does a bounded number of map lookups and copies no payload.
+
+use aya_ebpf::helpers::{
+    bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+};
+use observer_common::{
+    tls::{
+        op, TlsCall, TlsProc, TlsSession, TlsSessionKey, BIND_WINDOW_NS, SERVER_NAME_LEN,
+        TLS_HS_DONE, TLS_HS_STARTED, TLS_LAST_READ, TLS_LAST_WRITE, TLS_MIDSTREAM, TLS_PLAINTEXT,
+    },
+    Conn, Counter, TlsConn, FLAG_TLS,
+};
+
+use crate::{
+    ctx::now_ns,
+    events::{emit_tls_name, emit_tls_process},
+    maps::{count, own_tgid, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH, TLS_SESSIONS},
+};
+
+#[inline(always)]
+fn key(tgid: u32, ssl: u64) -> TlsSessionKey {
+    TlsSessionKey { tgid, _pad: 0, ssl }
+}
+
+/// The current tgid and pid_tgid, or None for the observer itself.
+#[inline(always)]
+fn current() -> Option<(u32, u64)> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    (tgid != own_tgid()).then_some((tgid, pid_tgid))
+}
+
+/// Tells userspace about a process's first TLS session, once per process.
+#[inline(always)]
+fn announce(tgid: u32, library: u8, now: u64) {
+    if TLS_PROCS.get_ptr(&tgid).is_some() {
+        return;
+    }
+    let fresh = TlsProc::default();
+    if TLS_PROCS.insert(&tgid, &fresh, 0).is_ok() {
+        emit_tls_process(tgid, library, now);
+    }
+}
+
+/// Stores a fresh session under `k` and returns it.
+#[inline(always)]
+fn create(k: &TlsSessionKey, library: u8, flags: u8) -> Option<*mut TlsSession> {
+    let scratch = TLS_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: the per-CPU scratch slot belongs to this program run.
+    unsafe {
+        core::ptr::write_bytes(scratch, 0, 1);
+        (*scratch).tls.library = library;
+        (*scratch).tls.flags = flags;
+        if TLS_SESSIONS.insert(k, &*scratch, 0).is_err() {
+            count(Counter::TlsInsertFailed);
+            return None;
+        }
+    }
+    TLS_SESSIONS.get_ptr_mut(k)
+}
+
+/// Where a session's timings go: its connection's entry once tied to a
+/// socket, its own copy before.
+#[inline(always)]
+fn timings(session: *mut TlsSession) -> Option<*mut TlsConn> {
+    // SAFETY: `session` points at a live map value.
+    unsafe {
+        if (*session).sk == 0 {
+            Some(&mut (*session).tls)
+        } else {
+            TLS_CONNS.get_ptr_mut(&(*session).sk)
+        }
+    }
+}
+
+/// A session starts (SSL_set_connect_state / SSL_set_accept_state). An entry
+/// under the same pointer that already has a socket or a handshake belonged
+/// to a freed session; a fresh one (the server name is often set first) stays.
+#[inline(always)]
+pub fn session_begin(ssl: u64, library: u8) -> Option<()> {
+    let (tgid, _) = current()?;
+    announce(tgid, library, now_ns());
+    let k = key(tgid, ssl);
+    if let Some(s) = TLS_SESSIONS.get_ptr(&k) {
+        // SAFETY: a live map value.
+        if unsafe { (*s).sk == 0 && (*s).tls.hs_start_ns == 0 } {
+            return Some(());
+        }
+    }
+    create(&k, library, 0)?;
+    Some(())
+}
+
+/// SSL_free / gnutls_deinit: the connection keeps what was gathered.
+#[inline(always)]
+pub fn session_end(ssl: u64) -> Option<()> {
+    let (tgid, _) = current()?;
+    let _ = TLS_SESSIONS.remove(&key(tgid, ssl));
+    Some(())
+}
+
+/// Entry of a handshake, read or write call. `count_ptr`: where an `_ex`
+/// call stores its byte count (0: the call returns it).
+#[inline(always)]
+pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64) -> Option<()> {
+    let (tgid, pid_tgid) = current()?;
+    let now = now_ns();
+    let k = key(tgid, ssl);
+    if operation == op::HANDSHAKE {
+        // Also when the session exists: setting the server name may have
+        // created it.
+        announce(tgid, library, now);
+    }
+    let session = match TLS_SESSIONS.get_ptr_mut(&k) {
+        Some(s) => s,
+        None if operation == op::HANDSHAKE => create(&k, library, 0)?,
+        // Read or write on a session we never saw start: it predates us.
+        None => create(&k, library, TLS_MIDSTREAM)?,
+    };
+    let tls = timings(session)?;
+    // SAFETY: pointers into live map values, valid for this program run.
+    unsafe {
+        let flags = (*tls).flags;
+        let in_handshake = flags & (TLS_HS_DONE | TLS_MIDSTREAM) == 0;
+        if in_handshake && (*tls).hs_start_ns == 0 {
+            (*tls).hs_start_ns = now;
+            (*tls).flags |= TLS_HS_STARTED;
+        }
+        if operation != op::HANDSHAKE {
+            if let Some(p) = TLS_PROCS.get_ptr_mut(&tgid) {
+                (*p).plaintext_calls += 1;
+            }
+        }
+        let call = TlsCall {
+            ssl,
+            entry_ns: now,
+            ret_ns: 0,
+            count_ptr,
+            op: operation,
+            library,
+            bound: u8::from((*session).sk != 0),
+            _pad: [0; 5],
+        };
+        let _ = TLS_CALLS.insert(&pid_tgid, &call, 0);
+    }
+    Some(())
+}
+
+/// The thread's call in flight, marked returned.
+#[inline(always)]
+fn returning() -> Option<(TlsCall, *mut TlsConn, u64)> {
+    let (tgid, pid_tgid) = current()?;
+    let call = TLS_CALLS.get_ptr_mut(&pid_tgid)?;
+    let now = now_ns();
+    // SAFETY: a live map value of this thread's.
+    let call = unsafe {
+        if (*call).ret_ns != 0 {
+            // Its entry was missed (probes attached mid-call).
+            return None;
+        }
+        (*call).ret_ns = now;
+        *call
+    };
+    let session = TLS_SESSIONS.get_ptr_mut(&key(tgid, call.ssl))?;
+    Some((call, timings(session)?, now))
+}
+
+/// Return of a handshake call: `done` when it completed the handshake,
+/// else `ret` is kept (a retry on a non-blocking socket, or the error).
+#[inline(always)]
+pub fn handshake_exit(done: bool, ret: i32) -> Option<()> {
+    let (_, tls, now) = returning()?;
+    // SAFETY: a live map value.
+    unsafe {
+        if done {
+            if (*tls).flags & TLS_HS_DONE == 0 {
+                (*tls).hs_end_ns = now;
+                (*tls).flags |= TLS_HS_DONE;
+            }
+        } else if (*tls).flags & TLS_HS_DONE == 0 {
+            (*tls).hs_ret = ret;
+        }
+    }
+    Some(())
+}
+
+/// Return of a plaintext read or write: `n` is the return value as the
+/// library's type has it (`ret` as an int, kept when the call failed during a
+/// handshake). `_ex` calls return 1 and store the count behind a pointer.
+#[inline(always)]
+pub fn rw_exit(n: i64, ret: i32) -> Option<()> {
+    let (call, tls, now) = returning()?;
+    let n = if call.count_ptr == 0 {
+        n
+    } else if ret == 1 {
+        // SAFETY: the helper tolerates any user address.
+        unsafe { bpf_probe_read_user(call.count_ptr as *const u64) }.map_or(0, |c| c as i64)
+    } else {
+        0
+    };
+    // SAFETY: a live map value.
+    let tls = unsafe { &mut *tls };
+    tls.flags |= TLS_PLAINTEXT;
+    let in_handshake = tls.flags & (TLS_HS_DONE | TLS_MIDSTREAM) == 0;
+    if n <= 0 {
+        if in_handshake {
+            tls.hs_ret = ret;
+        }
+        return Some(());
+    }
+    // Moving data means the handshake is over (programs that never call the
+    // handshake function complete it inside their first reads and writes).
+    if in_handshake && tls.flags & TLS_HS_STARTED != 0 {
+        tls.hs_end_ns = now;
+        tls.flags |= TLS_HS_DONE;
+    }
+    if call.op == op::WRITE {
+        if tls.pt_first_write_ns == 0 {
+            tls.pt_first_write_ns = call.entry_ns;
+        }
+        if tls.flags & TLS_LAST_READ != 0 {
+            tls.exchanges_server += 1;
+            if tls.pt_write_after_read_ns == 0 {
+                tls.pt_write_after_read_ns = call.entry_ns;
+            }
+        }
+        tls.pt_sent += n as u64;
+        tls.flags = (tls.flags & !TLS_LAST_READ) | TLS_LAST_WRITE;
+    } else {
+        if tls.pt_first_read_ns == 0 {
+            tls.pt_first_read_ns = now;
+        }
+        if tls.flags & TLS_LAST_WRITE != 0 {
+            tls.exchanges_client += 1;
+            if tls.pt_read_after_write_ns == 0 {
+                tls.pt_read_after_write_ns = now;
+            }
+        }
+        tls.pt_received += n as u64;
+        tls.flags = (tls.flags & !TLS_LAST_WRITE) | TLS_LAST_READ;
+    }
+    Some(())
+}
+
+/// The client set the server name (SNI) of session `ssl` from the string at
+/// `name` (user memory, NUL-terminated).
+#[inline(always)]
+pub fn set_server_name(ssl: u64, name: u64, library: u8) -> Option<()> {
+    let (tgid, _) = current()?;
+    let k = key(tgid, ssl);
+    let session = match TLS_SESSIONS.get_ptr_mut(&k) {
+        Some(s) => s,
+        None => create(&k, library, 0)?,
+    };
+    // SAFETY: a live map value; the helper bounds the read by the buffer.
+    unsafe {
+        let buf: &mut [u8; SERVER_NAME_LEN] = &mut (*session).name;
+        let len = match bpf_probe_read_user_str_bytes(name as *const u8, buf) {
+            Ok(s) => s.len() as u32,
+            Err(_) => return None,
+        };
+        (*session).name_len = len;
+        if (*session).sk != 0 {
+            emit_tls_name((*session).sk, &(*session).name, len, now_ns());
+        }
+    }
+    Some(())
+}
+
+/// Called for socket I/O on a tracked connection `sk` by thread `pid_tgid`:
+/// if the thread is inside (or just out of) a TLS call whose session has no
+/// socket yet, this is that session's socket.
+#[inline(always)]
+pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
+    let call = TLS_CALLS.get_ptr_mut(&pid_tgid)?;
+    // SAFETY: live map values, valid for this program run.
+    unsafe {
+        if (*call).bound != 0 {
+            return None;
+        }
+        if (*call).ret_ns != 0 && now.saturating_sub((*call).ret_ns) > BIND_WINDOW_NS {
+            return None;
+        }
+        let session = TLS_SESSIONS.get_ptr_mut(&key((pid_tgid >> 32) as u32, (*call).ssl))?;
+        (*call).bound = 1;
+        if (*session).sk != 0 {
+            return None;
+        }
+        if TLS_CONNS.insert(&sk, &(*session).tls, 0).is_err() {
+            count(Counter::TlsInsertFailed);
+            return None;
+        }
+        (*session).sk = sk;
+        conn.flags |= FLAG_TLS;
+        count(Counter::TlsBound);
+        if (*session).name_len != 0 {
+            emit_tls_name(sk, &(*session).name, (*session).name_len, now);
+        }
+    }
+    Some(())
+}
+
+/// Socket-level timing of a TLS connection after its handshake, for when no
+/// plaintext probes ran: first bytes each way and the first answer to them.
+#[inline(always)]
+pub fn socket_io(sk: u64, tx: bool) -> Option<()> {
+    let tls = TLS_CONNS.get_ptr_mut(&sk)?;
+    // SAFETY: a live map value.
+    let tls = unsafe { &mut *tls };
+    if tls.hs_end_ns == 0 {
+        return None;
+    }
+    let (first, other_first, answer) = if tx {
+        (
+            &mut tls.sk_send_after_hs_ns,
+            tls.sk_recv_after_hs_ns,
+            &mut tls.sk_send_after_recv_ns,
+        )
+    } else {
+        (
+            &mut tls.sk_recv_after_hs_ns,
+            tls.sk_send_after_hs_ns,
+            &mut tls.sk_recv_after_send_ns,
+        )
+    };
+    let first_unset = *first == 0;
+    let answer_unset = other_first != 0 && *answer == 0;
+    if first_unset || answer_unset {
+        let now = now_ns();
+        if first_unset {
+            *first = now;
+        }
+        if answer_unset {
+            *answer = now;
+        }
+    }
+    Some(())
+}

@@ -1,0 +1,747 @@
+//! Finds the TLS libraries processes use and keeps the uprobes on them.
+//!
+//! Handshake probes (a few calls per connection) go on every TLS file for all
+//! processes: the kernel plants them in any process that maps the file, now
+//! or later, so lazily loaded libraries are covered once the file is known.
+//! Plaintext read/write probes cost about 5 us per call in a VM; under the
+//! `auto` policy they go on one process at a time (the kernel then plants the
+//! breakpoints in that process only), when it starts its first TLS session,
+//! and come off again if its call rate says they cost more than they tell.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc::{Receiver, RecvTimeoutError},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData},
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope},
+        UProbe,
+    },
+    Ebpf,
+};
+use observer_common::tls::{library, TlsProc, TLS_PROCS_MAP};
+use serde::Serialize;
+
+use super::{
+    elf::{classify, TlsImage},
+    procmaps::{executable_files, reachable_path, FileId, Mapping},
+};
+
+/// When the plaintext read/write probes are attached (`--tls-plaintext-probes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Never: TLS times come from the socket after the handshake.
+    Off,
+    /// Per process, from its first TLS session, while its call rate is modest.
+    Auto,
+    /// On every TLS file for all processes (costly for busy TLS servers).
+    All,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub policy: Policy,
+    /// Plaintext calls per second above which a process's probes come off.
+    pub max_rate: u64,
+    /// Processes with their own plaintext probes at once.
+    pub max_processes: usize,
+}
+
+/// A program and the function it hooks.
+struct Hook {
+    program: &'static str,
+    symbol: &'static str,
+}
+
+const fn h(program: &'static str, symbol: &'static str) -> Hook {
+    Hook { program, symbol }
+}
+
+const OPENSSL_HANDSHAKE: &[Hook] = &[
+    h("tls_handshake", "SSL_do_handshake"),
+    h("tls_handshake_ret", "SSL_do_handshake"),
+    h("ssl_session_begin", "SSL_set_connect_state"),
+    h("ssl_session_begin", "SSL_set_accept_state"),
+    h("ssl_ctrl", "SSL_ctrl"),
+    h("ssl_set_host_name", "SSL_set_tlsext_host_name"),
+    h("tls_free", "SSL_free"),
+];
+const OPENSSL_PLAINTEXT: &[Hook] = &[
+    h("tls_read", "SSL_read"),
+    h("tls_rw_ret", "SSL_read"),
+    h("ssl_read_ex", "SSL_read_ex"),
+    h("tls_rw_ret", "SSL_read_ex"),
+    h("tls_write", "SSL_write"),
+    h("tls_rw_ret", "SSL_write"),
+    h("ssl_write_ex", "SSL_write_ex"),
+    h("tls_rw_ret", "SSL_write_ex"),
+];
+const GNUTLS_HANDSHAKE: &[Hook] = &[
+    h("tls_handshake", "gnutls_handshake"),
+    h("tls_handshake_ret", "gnutls_handshake"),
+    h("gnutls_server_name_set", "gnutls_server_name_set"),
+    h("tls_free", "gnutls_deinit"),
+];
+const GNUTLS_PLAINTEXT: &[Hook] = &[
+    h("tls_read", "gnutls_record_recv"),
+    h("tls_rw_ret", "gnutls_record_recv"),
+    h("tls_write", "gnutls_record_send"),
+    h("tls_rw_ret", "gnutls_record_send"),
+];
+
+/// Every TLS program in the object, loaded before the first attach.
+pub const PROGRAMS: &[&str] = &[
+    "tls_handshake",
+    "tls_handshake_ret",
+    "tls_read",
+    "tls_write",
+    "ssl_read_ex",
+    "ssl_write_ex",
+    "tls_rw_ret",
+    "tls_free",
+    "ssl_session_begin",
+    "ssl_ctrl",
+    "ssl_set_host_name",
+    "gnutls_server_name_set",
+];
+
+fn hooks(lib: u8, plaintext: bool) -> &'static [Hook] {
+    match (lib == library::GNUTLS, plaintext) {
+        (false, false) => OPENSSL_HANDSHAKE,
+        (false, true) => OPENSSL_PLAINTEXT,
+        (true, false) => GNUTLS_HANDSHAKE,
+        (true, true) => GNUTLS_PLAINTEXT,
+    }
+}
+
+/// Directories searched at start for the system's TLS libraries, so that a
+/// process that loads one later (Python imports ssl lazily) is covered
+/// before it does.
+const LIB_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+    "/usr/local/lib64",
+];
+
+/// What the manager found and did, for `ready`, the summary and `doctor`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TlsReport {
+    pub plaintext_policy: Option<Policy>,
+    pub plaintext_max_rate: u64,
+    /// Why the TLS programs could not be loaded (then nothing is probed).
+    pub programs_error: Option<String>,
+    pub files: Vec<TlsFileReport>,
+    /// Processes whose plaintext probes are attached now.
+    pub plaintext_processes: usize,
+    /// Processes that got plaintext probes, in all.
+    pub plaintext_attached_total: u64,
+    /// Processes whose plaintext probes came off for their call rate.
+    pub plaintext_fell_back: u64,
+    /// Processes left without plaintext probes because of the process cap.
+    pub plaintext_over_cap: u64,
+    /// Uprobe attachments that failed.
+    pub attach_errors: u64,
+    /// /proc/PID/maps files that could not be read.
+    pub maps_unreadable: u64,
+    /// Files that could not be opened or parsed.
+    pub files_unreadable: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TlsFileReport {
+    pub path: String,
+    pub library: &'static str,
+    pub dev: u64,
+    pub inode: u64,
+    /// Handshake probes attached for all processes.
+    pub probes: usize,
+    pub errors: Vec<String>,
+}
+
+/// Messages from the correlator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// The process began using TLS.
+    TlsProcess(u32),
+    Exec(u32),
+    Exit(u32),
+    Stop,
+}
+
+struct TlsFile {
+    attach: PathBuf,
+    image: TlsImage,
+    report: usize,
+}
+
+struct Attached {
+    links: Vec<(&'static str, UProbeLinkId)>,
+    last_calls: u64,
+}
+
+pub struct TlsProbes {
+    settings: Settings,
+    proc_root: PathBuf,
+    /// Every file looked at; None: no TLS library in it.
+    files: HashMap<FileId, Option<TlsFile>>,
+    procs: HashMap<u32, Attached>,
+    high_rate: HashSet<u32>,
+    scans: Vec<(Instant, u32)>,
+    procs_map: Option<BpfHashMap<MapData, u32, TlsProc>>,
+    last_rate_check: Instant,
+    last_full_scan: Instant,
+    /// Where detached links go to be closed.
+    reaper: std::sync::mpsc::Sender<Vec<UProbeLink>>,
+    /// When the manager last attached (ms since `epoch`); the reaper closes
+    /// links only when that is a while ago.
+    busy: Arc<AtomicU64>,
+    epoch: Instant,
+    pub report: TlsReport,
+}
+
+const RATE_CHECK: Duration = Duration::from_secs(1);
+const FULL_SCAN: Duration = Duration::from_secs(10);
+/// After an exec the loader maps the libraries within milliseconds, and
+/// runtimes load more later; look again.
+const EXEC_SCANS: [Duration; 2] = [Duration::from_millis(50), Duration::from_secs(1)];
+
+fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &str) -> Result<&'a mut UProbe, String> {
+    ebpf.program_mut(program)
+        .ok_or_else(|| format!("program {program} is not in the eBPF object"))?
+        .try_into()
+        .map_err(|e| format!("{program}: {e}"))
+}
+
+impl TlsProbes {
+    /// Loads the TLS programs and takes the process map. Never fails: what
+    /// cannot be done is reported.
+    pub fn new(ebpf: &mut Ebpf, settings: Settings, proc_root: &Path) -> Self {
+        let mut report = TlsReport {
+            plaintext_policy: Some(settings.policy),
+            plaintext_max_rate: settings.max_rate,
+            ..TlsReport::default()
+        };
+        for name in PROGRAMS {
+            if let Err(e) = uprobe(ebpf, name)
+                .and_then(|p| p.load().map_err(|e| format!("loading {name}: {e}")))
+            {
+                report.programs_error = Some(e);
+                break;
+            }
+        }
+        let procs_map = ebpf
+            .take_map(TLS_PROCS_MAP)
+            .and_then(|m| BpfHashMap::try_from(m).ok());
+        let now = Instant::now();
+        let (reaper, links) = std::sync::mpsc::channel::<Vec<UProbeLink>>();
+        let busy = Arc::new(AtomicU64::new(0));
+        let epoch = Instant::now();
+        let reaper_busy = Arc::clone(&busy);
+        let _ = std::thread::Builder::new()
+            .name("tls-detach".into())
+            .spawn(move || reap(links, &reaper_busy, epoch));
+        Self {
+            reaper,
+            busy,
+            epoch,
+            settings,
+            proc_root: proc_root.to_owned(),
+            files: HashMap::new(),
+            procs: HashMap::new(),
+            high_rate: HashSet::new(),
+            scans: Vec::new(),
+            procs_map,
+            last_rate_check: now,
+            last_full_scan: now,
+            report,
+        }
+    }
+
+    pub fn usable(&self) -> bool {
+        self.report.programs_error.is_none()
+    }
+
+    /// The system's library directories and every running process's mappings.
+    pub fn discover(&mut self, ebpf: &mut Ebpf) {
+        if !self.usable() {
+            return;
+        }
+        for dir in LIB_DIRS {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with("libssl.so") || name.starts_with("libgnutls.so") {
+                    // The real file, not the symlinks to it.
+                    let Ok(path) = std::fs::canonicalize(e.path()) else {
+                        continue;
+                    };
+                    if let Ok(md) = std::fs::metadata(&path) {
+                        use std::os::unix::fs::MetadataExt;
+                        self.consider(
+                            ebpf,
+                            (md.dev(), md.ino()),
+                            &path,
+                            &path.display().to_string(),
+                        );
+                    }
+                }
+            }
+        }
+        self.scan_all(ebpf);
+    }
+
+    fn scan_all(&mut self, ebpf: &mut Ebpf) {
+        let own = std::process::id();
+        let Ok(entries) = std::fs::read_dir(&self.proc_root) else {
+            return;
+        };
+        let pids: Vec<u32> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|&p| p != own)
+            .collect();
+        for pid in pids {
+            self.scan(ebpf, pid);
+        }
+        // Processes whose exit we missed keep no probes.
+        let gone: Vec<u32> = self
+            .procs
+            .keys()
+            .copied()
+            .filter(|p| !self.proc_root.join(p.to_string()).exists())
+            .collect();
+        for pid in gone {
+            self.detach_process(ebpf, pid);
+        }
+        self.last_full_scan = Instant::now();
+    }
+
+    /// Looks at the files `pid` maps; returns its TLS files.
+    fn scan(&mut self, ebpf: &mut Ebpf, pid: u32) -> Vec<Mapping> {
+        let maps = match executable_files(&self.proc_root, pid) {
+            Ok(m) => m,
+            Err(e) => {
+                // A process that just exited is not worth counting.
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    self.report.maps_unreadable += 1;
+                }
+                return Vec::new();
+            }
+        };
+        let mut tls = Vec::new();
+        for m in maps {
+            if !self.files.contains_key(&m.id) {
+                match reachable_path(&self.proc_root, pid, &m) {
+                    Some(path) => {
+                        // A path in our own namespace outlives the process.
+                        let path = if same_file(Path::new(&m.path), m.id) {
+                            PathBuf::from(&m.path)
+                        } else {
+                            path
+                        };
+                        self.consider(ebpf, m.id, &path, &m.path)
+                    }
+                    None => continue,
+                }
+            }
+            if matches!(self.files.get(&m.id), Some(Some(_))) {
+                tls.push(m);
+            }
+        }
+        tls
+    }
+
+    /// Classifies a file once; a TLS one gets its all-process probes.
+    fn consider(&mut self, ebpf: &mut Ebpf, id: FileId, path: &Path, shown: &str) {
+        if self.files.contains_key(&id) {
+            return;
+        }
+        let image = match classify(path) {
+            Ok(Some(img)) => img,
+            Ok(None) => {
+                self.files.insert(id, None);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!("{e}");
+                self.report.files_unreadable += 1;
+                self.files.insert(id, None);
+                return;
+            }
+        };
+        let mut report = TlsFileReport {
+            path: shown.to_owned(),
+            library: library::name(image.library),
+            dev: id.0,
+            inode: id.1,
+            probes: 0,
+            errors: Vec::new(),
+        };
+        let mut sets = vec![hooks(image.library, false)];
+        if self.settings.policy == Policy::All {
+            sets.push(hooks(image.library, true));
+        }
+        for hook in sets.into_iter().flatten() {
+            let Some(offset) = image.offset(hook.symbol) else {
+                continue;
+            };
+            match attach(
+                ebpf,
+                hook,
+                path,
+                offset,
+                image.library,
+                UProbeScope::AllProcesses,
+            ) {
+                Ok(_) => report.probes += 1,
+                Err(e) => {
+                    self.report.attach_errors += 1;
+                    report.errors.push(e);
+                }
+            }
+        }
+        tracing::info!(
+            "TLS: {} ({}) probed, {} probes",
+            report.path,
+            report.library,
+            report.probes
+        );
+        self.report.files.push(report);
+        let idx = self.report.files.len() - 1;
+        self.files.insert(
+            id,
+            Some(TlsFile {
+                attach: path.to_owned(),
+                image,
+                report: idx,
+            }),
+        );
+    }
+
+    pub fn handle(&mut self, ebpf: &mut Ebpf, cmd: Command) {
+        if !self.usable() {
+            return;
+        }
+        match cmd {
+            Command::TlsProcess(pid) => {
+                tracing::debug!("TLS: pid {pid} started TLS");
+                if self.settings.policy == Policy::Auto
+                    && !self.procs.contains_key(&pid)
+                    && !self.high_rate.contains(&pid)
+                {
+                    self.attach_process(ebpf, pid);
+                }
+            }
+            Command::Exec(pid) => {
+                tracing::debug!("TLS: pid {pid} exec");
+                self.forget(ebpf, pid);
+                // Right after exec only the executable (and the loader) are
+                // mapped. A runtime that carries its own TLS library (Node.js)
+                // may handshake inside its first SSL_read, which only the
+                // plaintext probes see: those go on now, before it runs far.
+                let carried = self.scan(ebpf, pid);
+                if !carried.is_empty() && self.settings.policy == Policy::Auto {
+                    self.attach_process(ebpf, pid);
+                }
+                let now = Instant::now();
+                self.scans
+                    .extend(EXEC_SCANS.iter().map(|d| (now + *d, pid)));
+            }
+            Command::Exit(pid) => self.forget(ebpf, pid),
+            Command::Stop => {}
+        }
+    }
+
+    /// A process that exits or becomes another program starts afresh.
+    fn forget(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        self.detach_process(ebpf, pid);
+        self.high_rate.remove(&pid);
+        if let Some(map) = &mut self.procs_map {
+            let _ = map.remove(&pid);
+        }
+    }
+
+    fn attach_process(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        if self.procs.len() >= self.settings.max_processes {
+            self.report.plaintext_over_cap += 1;
+            return;
+        }
+        let files = self.scan(ebpf, pid);
+        tracing::debug!("TLS: pid {pid} maps {} TLS files", files.len());
+        let Some(pid_nz) = std::num::NonZeroU32::new(pid) else {
+            return;
+        };
+        self.mark_busy();
+        let mut links = Vec::new();
+        for m in files {
+            let Some(Some(file)) = self.files.get(&m.id) else {
+                continue;
+            };
+            // The path the file was found by may have belonged to a process
+            // that is gone (its /proc/PID/root); this process's view works.
+            let path = if same_file(&file.attach, m.id) {
+                file.attach.clone()
+            } else {
+                match reachable_path(&self.proc_root, pid, &m) {
+                    Some(p) => p,
+                    None => continue,
+                }
+            };
+            for hook in hooks(file.image.library, true) {
+                let Some(offset) = file.image.offset(hook.symbol) else {
+                    continue;
+                };
+                match attach(
+                    ebpf,
+                    hook,
+                    &path,
+                    offset,
+                    file.image.library,
+                    UProbeScope::OneProcess(pid_nz),
+                ) {
+                    Ok(link) => links.push((hook.program, link)),
+                    Err(e) => {
+                        self.report.attach_errors += 1;
+                        let idx = file.report;
+                        if let Some(r) = self.report.files.get_mut(idx) {
+                            if r.errors.len() < 8 {
+                                r.errors.push(format!("pid {pid}: {e}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.mark_busy();
+        tracing::debug!("TLS: pid {pid}: {} plaintext probes attached", links.len());
+        if links.is_empty() {
+            return;
+        }
+        let last_calls = self.calls(pid);
+        self.procs.insert(pid, Attached { links, last_calls });
+        self.report.plaintext_attached_total += 1;
+        self.report.plaintext_processes = self.procs.len();
+    }
+
+    /// Takes the process's probes off. Closing a uprobe waits for the
+    /// kernel's RCU grace periods (about 100 ms each here), so the links are
+    /// closed on another thread and this one keeps serving new processes.
+    fn detach_process(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        let Some(att) = self.procs.remove(&pid) else {
+            return;
+        };
+        let mut links = Vec::with_capacity(att.links.len());
+        for (program, link) in att.links {
+            if let Ok(p) = uprobe(ebpf, program) {
+                if let Ok(owned) = p.take_link(link) {
+                    links.push(owned);
+                }
+            }
+        }
+        if let Err(e) = self.reaper.send(links) {
+            drop(e.0);
+        }
+        self.report.plaintext_processes = self.procs.len();
+    }
+
+    fn mark_busy(&self) {
+        self.busy
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn calls(&self, pid: u32) -> u64 {
+        self.procs_map
+            .as_ref()
+            .and_then(|m| m.get(&pid, 0).ok())
+            .map_or(0, |p| p.plaintext_calls)
+    }
+
+    /// Periodic work: exec scans due, call rates, the full rescan.
+    pub fn tick(&mut self, ebpf: &mut Ebpf) {
+        if !self.usable() {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .scans
+            .iter()
+            .filter(|(t, _)| *t <= now)
+            .map(|&(_, p)| p)
+            .collect();
+        self.scans.retain(|(t, _)| *t > now);
+        for pid in due {
+            self.scan(ebpf, pid);
+        }
+        let elapsed = now.duration_since(self.last_rate_check);
+        if elapsed >= RATE_CHECK {
+            self.last_rate_check = now;
+            let secs = elapsed.as_secs_f64();
+            let mut busy = Vec::new();
+            for (&pid, att) in &mut self.procs {
+                let calls = self
+                    .procs_map
+                    .as_ref()
+                    .and_then(|m| m.get(&pid, 0).ok())
+                    .map_or(att.last_calls, |p| p.plaintext_calls);
+                let rate = calls.saturating_sub(att.last_calls) as f64 / secs;
+                att.last_calls = calls;
+                if rate > self.settings.max_rate as f64 {
+                    busy.push((pid, rate));
+                }
+            }
+            for (pid, rate) in busy {
+                tracing::info!(
+                    "TLS: pid {pid} makes {rate:.0} plaintext calls/s; its TLS times come from the socket now"
+                );
+                self.detach_process(ebpf, pid);
+                self.high_rate.insert(pid);
+                self.report.plaintext_fell_back += 1;
+            }
+        }
+        if now.duration_since(self.last_full_scan) >= FULL_SCAN {
+            self.scan_all(ebpf);
+        }
+    }
+
+    /// Runs until Stop; gives the eBPF object back for the shutdown.
+    pub fn run(mut self, mut ebpf: Ebpf, rx: Receiver<Command>) -> (Ebpf, TlsReport) {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(cmd) => self.handle(&mut ebpf, cmd),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            self.tick(&mut ebpf);
+        }
+        (ebpf, self.report)
+    }
+
+    /// One line for `ready`.
+    pub fn summary(&self) -> String {
+        if let Some(e) = &self.report.programs_error {
+            return format!("TLS off ({e})");
+        }
+        let libs: Vec<String> = self
+            .report
+            .files
+            .iter()
+            .map(|f| format!("{} {}", f.library, f.path))
+            .collect();
+        format!(
+            "TLS: {} librar{} probed [{}], plaintext probes {}",
+            libs.len(),
+            if libs.len() == 1 { "y" } else { "ies" },
+            libs.join(", "),
+            match self.settings.policy {
+                Policy::Off => "off",
+                Policy::Auto => "auto",
+                Policy::All => "all",
+            }
+        )
+    }
+}
+
+/// Closing a uprobe holds the kernel's trace event mutex across RCU grace
+/// periods (30-40 ms each in this VM), and opening one needs that mutex: a
+/// close running while a new process gets its probes delays them past its
+/// first TLS calls. So links are closed one at a time, only when the manager
+/// has not attached anything for a while (or when too many wait).
+fn reap(links: Receiver<Vec<UProbeLink>>, busy: &AtomicU64, epoch: Instant) {
+    const QUIET_MS: u64 = 250;
+    const MAX_WAITING: usize = 4096;
+    let mut waiting: Vec<UProbeLink> = Vec::new();
+    loop {
+        let timeout = if waiting.is_empty() {
+            Duration::from_secs(3600)
+        } else {
+            Duration::from_millis(50)
+        };
+        match links.recv_timeout(timeout) {
+            Ok(batch) => waiting.extend(batch),
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let now = epoch.elapsed().as_millis() as u64;
+        let quiet = now.saturating_sub(busy.load(Ordering::Relaxed)) >= QUIET_MS;
+        if quiet || waiting.len() > MAX_WAITING {
+            drop(waiting.pop());
+        }
+    }
+}
+
+fn same_file(path: &Path, id: FileId) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|md| (md.dev(), md.ino()) == id)
+}
+
+fn attach(
+    ebpf: &mut Ebpf,
+    hook: &Hook,
+    path: &Path,
+    offset: u64,
+    lib: u8,
+    scope: UProbeScope,
+) -> Result<UProbeLinkId, String> {
+    let p = uprobe(ebpf, hook.program)?;
+    let point = UProbeAttachPoint {
+        location: UProbeAttachLocation::AbsoluteOffset(offset),
+        cookie: Some(u64::from(lib)),
+    };
+    p.attach(point, path, scope).map_err(|e| {
+        let cause = std::error::Error::source(&e)
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default();
+        format!(
+            "{} at {} in {}: {e}{cause}",
+            hook.program,
+            hook.symbol,
+            path.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hook_names_a_known_program() {
+        for set in [
+            OPENSSL_HANDSHAKE,
+            OPENSSL_PLAINTEXT,
+            GNUTLS_HANDSHAKE,
+            GNUTLS_PLAINTEXT,
+        ] {
+            for hook in set {
+                assert!(PROGRAMS.contains(&hook.program), "{}", hook.program);
+            }
+        }
+        // Plaintext hooks are read/write calls only: nothing the handshake
+        // path needs is left to a per-process probe.
+        for hook in OPENSSL_PLAINTEXT.iter().chain(GNUTLS_PLAINTEXT) {
+            assert!(
+                hook.symbol.contains("read")
+                    || hook.symbol.contains("write")
+                    || hook.symbol.contains("recv")
+                    || hook.symbol.contains("send")
+            );
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The `tls` object of a connection record.
+
+use std::sync::Arc;
+
+use observer_common::{
+    tls::{library, TLS_HS_DONE, TLS_HS_STARTED, TLS_MIDSTREAM, TLS_PLAINTEXT},
+    TlsConn,
+};
+use serde::Serialize;
+
+use crate::record::{Direction, State};
+
+/// How `ttfb_ns` was measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TtfbSource {
+    /// From the plaintext calls: exact.
+    Plaintext,
+    /// From socket I/O after the handshake: sound for servers; for clients
+    /// approximate (TLS 1.3 session tickets arrive like response bytes).
+    Socket,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TlsRecord {
+    pub library: &'static str,
+    pub handshake_ns: Option<u64>,
+    /// The library's last return value of a handshake that did not complete.
+    pub handshake_error: Option<i32>,
+    pub server_name: Option<Arc<str>>,
+    /// Not read yet (null).
+    pub version: Option<&'static str>,
+    pub ttfb_ns: Option<u64>,
+    pub ttfb_source: Option<TtfbSource>,
+    /// Request/response turns (null without plaintext probes).
+    pub exchanges: Option<u32>,
+    pub plaintext_sent: Option<u64>,
+    pub plaintext_received: Option<u64>,
+}
+
+fn span(a: u64, b: u64) -> Option<u64> {
+    (a != 0 && b != 0 && b >= a).then(|| b - a)
+}
+
+impl TlsRecord {
+    /// None when no TLS was seen on the connection.
+    pub fn new(
+        t: &TlsConn,
+        direction: Direction,
+        state: State,
+        server_name: Option<Arc<str>>,
+    ) -> Option<Self> {
+        if t.library == 0 {
+            return None;
+        }
+        let done = t.flags & TLS_HS_DONE != 0;
+        let measured = t.flags & TLS_MIDSTREAM == 0 && t.flags & TLS_HS_STARTED != 0;
+        let handshake_ns = if done && measured {
+            span(t.hs_start_ns, t.hs_end_ns)
+        } else {
+            None
+        };
+        // A handshake still running in an open connection has not failed.
+        let handshake_error = (measured && !done && state == State::Closed).then_some(t.hs_ret);
+        let plaintext = t.flags & TLS_PLAINTEXT != 0;
+        let (pt, sock, exchanges) = match direction {
+            Direction::Outbound => (
+                span(t.pt_first_write_ns, t.pt_read_after_write_ns),
+                span(t.sk_send_after_hs_ns, t.sk_recv_after_send_ns),
+                t.exchanges_client,
+            ),
+            Direction::Inbound => (
+                span(t.pt_first_read_ns, t.pt_write_after_read_ns),
+                span(t.sk_recv_after_hs_ns, t.sk_send_after_recv_ns),
+                t.exchanges_server,
+            ),
+        };
+        let (ttfb_ns, ttfb_source) = match (pt, sock) {
+            (Some(v), _) => (Some(v), Some(TtfbSource::Plaintext)),
+            (None, Some(v)) => (Some(v), Some(TtfbSource::Socket)),
+            (None, None) => (None, None),
+        };
+        Some(Self {
+            library: library::name(t.library),
+            handshake_ns,
+            handshake_error,
+            server_name,
+            version: None,
+            ttfb_ns,
+            ttfb_source,
+            exchanges: plaintext.then_some(exchanges),
+            plaintext_sent: plaintext.then_some(t.pt_sent),
+            plaintext_received: plaintext.then_some(t.pt_received),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::tls::TLS_LAST_READ;
+
+    use super::*;
+
+    fn client() -> TlsConn {
+        TlsConn {
+            hs_start_ns: 1_000,
+            hs_end_ns: 4_000,
+            pt_first_write_ns: 5_000,
+            pt_first_read_ns: 9_000,
+            pt_read_after_write_ns: 9_000,
+            sk_send_after_hs_ns: 5_100,
+            sk_recv_after_send_ns: 6_000,
+            pt_sent: 70,
+            pt_received: 700,
+            exchanges_client: 2,
+            library: library::OPENSSL,
+            flags: TLS_HS_STARTED | TLS_HS_DONE | TLS_PLAINTEXT | TLS_LAST_READ,
+            ..TlsConn::default()
+        }
+    }
+
+    #[test]
+    fn plaintext_timing_wins_over_socket_timing() {
+        let r = TlsRecord::new(&client(), Direction::Outbound, State::Closed, None).unwrap();
+        assert_eq!(r.handshake_ns, Some(3_000));
+        assert_eq!(r.handshake_error, None);
+        assert_eq!(
+            (r.ttfb_ns, r.ttfb_source),
+            (Some(4_000), Some(TtfbSource::Plaintext))
+        );
+        assert_eq!(r.exchanges, Some(2));
+        assert_eq!(
+            (r.plaintext_sent, r.plaintext_received),
+            (Some(70), Some(700))
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["ttfb_source"], "plaintext");
+        assert_eq!(json["library"], "openssl");
+    }
+
+    #[test]
+    fn without_plaintext_probes_socket_timing_and_nulls() {
+        let t = TlsConn {
+            flags: TLS_HS_STARTED | TLS_HS_DONE,
+            pt_first_write_ns: 0,
+            pt_read_after_write_ns: 0,
+            ..client()
+        };
+        let r = TlsRecord::new(&t, Direction::Outbound, State::Closed, None).unwrap();
+        assert_eq!(
+            (r.ttfb_ns, r.ttfb_source),
+            (Some(900), Some(TtfbSource::Socket))
+        );
+        assert_eq!(
+            (r.exchanges, r.plaintext_sent, r.plaintext_received),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn failed_midstream_and_absent() {
+        let failed = TlsConn {
+            flags: TLS_HS_STARTED,
+            hs_end_ns: 0,
+            hs_ret: -1,
+            ..client()
+        };
+        let r = TlsRecord::new(&failed, Direction::Outbound, State::Closed, None).unwrap();
+        assert_eq!((r.handshake_ns, r.handshake_error), (None, Some(-1)));
+        let open = TlsRecord::new(&failed, Direction::Outbound, State::Open, None).unwrap();
+        assert_eq!(
+            open.handshake_error, None,
+            "still handshaking is not a failure"
+        );
+        let mid = TlsConn {
+            flags: TLS_MIDSTREAM | TLS_HS_DONE,
+            ..client()
+        };
+        let r = TlsRecord::new(&mid, Direction::Outbound, State::Closed, None).unwrap();
+        assert_eq!((r.handshake_ns, r.handshake_error), (None, None));
+        assert_eq!(
+            TlsRecord::new(&TlsConn::default(), Direction::Inbound, State::Closed, None),
+            None
+        );
+    }
+
+    #[test]
+    fn server_side_runs_from_request_to_answer() {
+        let t = TlsConn {
+            pt_first_read_ns: 10_000,
+            pt_write_after_read_ns: 15_000,
+            exchanges_server: 3,
+            library: library::GNUTLS,
+            flags: TLS_HS_STARTED | TLS_HS_DONE | TLS_PLAINTEXT,
+            ..client()
+        };
+        let r = TlsRecord::new(&t, Direction::Inbound, State::Closed, Some("x".into())).unwrap();
+        assert_eq!((r.ttfb_ns, r.exchanges), (Some(5_000), Some(3)));
+        assert_eq!(r.library, "gnutls");
+        assert_eq!(r.server_name.as_deref(), Some("x"));
+    }
+}
