@@ -63,6 +63,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
             max_processes: args.tls_plaintext_max_processes as usize,
         },
         Path::new("/proc"),
+        &tracefs,
     );
     tls.discover(&mut bpf);
     let ring = RingBuf::try_from(bpf.take_map(EVENTS_MAP).context("no EVENTS map")?)

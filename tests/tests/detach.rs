@@ -15,6 +15,18 @@ const NAMES: &[&str] = &[
     "tcp_destroy_sock",
     "sched_process_exec",
     "sched_process_exit",
+    "tls_handshake",
+    "tls_handshake_ret",
+    "tls_read",
+    "tls_write",
+    "ssl_read_ex",
+    "ssl_write_ex",
+    "tls_rw_ret",
+    "tls_free",
+    "ssl_session_begin",
+    "ssl_ctrl",
+    "ssl_set_host_name",
+    "gnutls_server_name_set",
 ];
 
 fn loaded() -> usize {

@@ -10,19 +10,16 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        mpsc::{Receiver, RecvTimeoutError},
-        Arc,
-    },
+    sync::mpsc::{Receiver, RecvTimeoutError},
     time::{Duration, Instant},
 };
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
     programs::{
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
         UProbe,
     },
     Ebpf,
@@ -33,6 +30,7 @@ use serde::Serialize;
 use super::{
     elf::{classify, TlsImage},
     procmaps::{executable_files, reachable_path, FileId, Mapping},
+    uprobe_events::{EventId, UprobeEvents},
 };
 
 /// When the plaintext read/write probes are attached (`--tls-plaintext-probes`).
@@ -186,10 +184,14 @@ struct TlsFile {
     attach: PathBuf,
     image: TlsImage,
     report: usize,
+    /// The plaintext hooks' shared uprobe events, made at the first process
+    /// that needs them.
+    plaintext: Option<Vec<EventId>>,
 }
 
 struct Attached {
-    links: Vec<(&'static str, UProbeLinkId)>,
+    /// One perf event per plaintext hook: closing them takes the probes off.
+    _probes: Vec<OwnedFd>,
     last_calls: u64,
 }
 
@@ -204,12 +206,8 @@ pub struct TlsProbes {
     procs_map: Option<BpfHashMap<MapData, u32, TlsProc>>,
     last_rate_check: Instant,
     last_full_scan: Instant,
-    /// Where detached links go to be closed.
-    reaper: std::sync::mpsc::Sender<Vec<UProbeLink>>,
-    /// When the manager last attached (ms since `epoch`); the reaper closes
-    /// links only when that is a while ago.
-    busy: Arc<AtomicU64>,
-    epoch: Instant,
+    /// Shared uprobe events behind the per-process probes.
+    events: UprobeEvents,
     pub report: TlsReport,
 }
 
@@ -229,7 +227,7 @@ fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &str) -> Result<&'a mut UProbe, Strin
 impl TlsProbes {
     /// Loads the TLS programs and takes the process map. Never fails: what
     /// cannot be done is reported.
-    pub fn new(ebpf: &mut Ebpf, settings: Settings, proc_root: &Path) -> Self {
+    pub fn new(ebpf: &mut Ebpf, settings: Settings, proc_root: &Path, tracefs: &Path) -> Self {
         let mut report = TlsReport {
             plaintext_policy: Some(settings.policy),
             plaintext_max_rate: settings.max_rate,
@@ -247,17 +245,8 @@ impl TlsProbes {
             .take_map(TLS_PROCS_MAP)
             .and_then(|m| BpfHashMap::try_from(m).ok());
         let now = Instant::now();
-        let (reaper, links) = std::sync::mpsc::channel::<Vec<UProbeLink>>();
-        let busy = Arc::new(AtomicU64::new(0));
-        let epoch = Instant::now();
-        let reaper_busy = Arc::clone(&busy);
-        let _ = std::thread::Builder::new()
-            .name("tls-detach".into())
-            .spawn(move || reap(links, &reaper_busy, epoch));
         Self {
-            reaper,
-            busy,
-            epoch,
+            events: UprobeEvents::new(tracefs),
             settings,
             proc_root: proc_root.to_owned(),
             files: HashMap::new(),
@@ -431,6 +420,7 @@ impl TlsProbes {
                 attach: path.to_owned(),
                 image,
                 report: idx,
+                plaintext: None,
             }),
         );
     }
@@ -484,86 +474,85 @@ impl TlsProbes {
             return;
         }
         let files = self.scan(ebpf, pid);
-        tracing::debug!("TLS: pid {pid} maps {} TLS files", files.len());
-        let Some(pid_nz) = std::num::NonZeroU32::new(pid) else {
-            return;
-        };
-        self.mark_busy();
-        let mut links = Vec::new();
+        let mut fds = Vec::new();
+        let mut errors = Vec::new();
         for m in files {
-            let Some(Some(file)) = self.files.get(&m.id) else {
+            let Some(Some(file)) = self.files.get_mut(&m.id) else {
                 continue;
             };
-            // The path the file was found by may have belonged to a process
-            // that is gone (its /proc/PID/root); this process's view works.
-            let path = if same_file(&file.attach, m.id) {
-                file.attach.clone()
-            } else {
-                match reachable_path(&self.proc_root, pid, &m) {
-                    Some(p) => p,
-                    None => continue,
-                }
-            };
-            for hook in hooks(file.image.library, true) {
-                let Some(offset) = file.image.offset(hook.symbol) else {
-                    continue;
-                };
-                match attach(
-                    ebpf,
-                    hook,
-                    &path,
-                    offset,
-                    file.image.library,
-                    UProbeScope::OneProcess(pid_nz),
-                ) {
-                    Ok(link) => links.push((hook.program, link)),
-                    Err(e) => {
-                        self.report.attach_errors += 1;
-                        let idx = file.report;
-                        if let Some(r) = self.report.files.get_mut(idx) {
-                            if r.errors.len() < 8 {
-                                r.errors.push(format!("pid {pid}: {e}"));
-                            }
-                        }
+            if file.plaintext.is_none() {
+                // The path the file was found by may have belonged to a
+                // process that is gone (its /proc/PID/root); this one's works.
+                let path = if same_file(&file.attach, m.id) {
+                    file.attach.clone()
+                } else {
+                    match reachable_path(&self.proc_root, pid, &m) {
+                        Some(p) => p,
+                        None => continue,
                     }
+                };
+                let mut ids = Vec::new();
+                for hook in hooks(file.image.library, true) {
+                    let Some(offset) = file.image.offset(hook.symbol) else {
+                        continue;
+                    };
+                    let ret = hook.program.ends_with("_ret");
+                    let defined = uprobe(ebpf, hook.program).and_then(|p| {
+                        let fd = p.fd().map_err(|e| format!("{}: {e}", hook.program))?;
+                        self.events.define(
+                            &path,
+                            offset,
+                            ret,
+                            fd.as_fd(),
+                            u64::from(file.image.library),
+                        )
+                    });
+                    match defined {
+                        Ok(id) => ids.push(id),
+                        Err(e) => errors.push((
+                            file.report,
+                            format!("{} at {}: {e}", hook.program, hook.symbol),
+                        )),
+                    }
+                }
+                file.plaintext = Some(ids);
+            }
+            for &ev in file.plaintext.as_deref().unwrap_or_default() {
+                match self.events.open_for(ev, pid) {
+                    Ok(fd) => fds.push(fd),
+                    Err(e) => errors.push((file.report, format!("pid {pid}: {e}"))),
                 }
             }
         }
-        self.mark_busy();
-        tracing::debug!("TLS: pid {pid}: {} plaintext probes attached", links.len());
-        if links.is_empty() {
+        for (idx, e) in errors {
+            self.report.attach_errors += 1;
+            if let Some(r) = self.report.files.get_mut(idx) {
+                if r.errors.len() < 8 {
+                    r.errors.push(e);
+                }
+            }
+        }
+        tracing::debug!("TLS: pid {pid}: {} plaintext probes attached", fds.len());
+        if fds.is_empty() {
             return;
         }
         let last_calls = self.calls(pid);
-        self.procs.insert(pid, Attached { links, last_calls });
+        self.procs.insert(
+            pid,
+            Attached {
+                _probes: fds,
+                last_calls,
+            },
+        );
         self.report.plaintext_attached_total += 1;
         self.report.plaintext_processes = self.procs.len();
     }
 
-    /// Takes the process's probes off. Closing a uprobe waits for the
-    /// kernel's RCU grace periods (about 100 ms each here), so the links are
-    /// closed on another thread and this one keeps serving new processes.
-    fn detach_process(&mut self, ebpf: &mut Ebpf, pid: u32) {
-        let Some(att) = self.procs.remove(&pid) else {
-            return;
-        };
-        let mut links = Vec::with_capacity(att.links.len());
-        for (program, link) in att.links {
-            if let Ok(p) = uprobe(ebpf, program) {
-                if let Ok(owned) = p.take_link(link) {
-                    links.push(owned);
-                }
-            }
+    /// Takes the process's probes off (closing its perf events).
+    fn detach_process(&mut self, _ebpf: &mut Ebpf, pid: u32) {
+        if self.procs.remove(&pid).is_some() {
+            self.report.plaintext_processes = self.procs.len();
         }
-        if let Err(e) = self.reaper.send(links) {
-            drop(e.0);
-        }
-        self.report.plaintext_processes = self.procs.len();
-    }
-
-    fn mark_busy(&self) {
-        self.busy
-            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     fn calls(&self, pid: u32) -> u64 {
@@ -655,34 +644,6 @@ impl TlsProbes {
                 Policy::All => "all",
             }
         )
-    }
-}
-
-/// Closing a uprobe holds the kernel's trace event mutex across RCU grace
-/// periods (30-40 ms each in this VM), and opening one needs that mutex: a
-/// close running while a new process gets its probes delays them past its
-/// first TLS calls. So links are closed one at a time, only when the manager
-/// has not attached anything for a while (or when too many wait).
-fn reap(links: Receiver<Vec<UProbeLink>>, busy: &AtomicU64, epoch: Instant) {
-    const QUIET_MS: u64 = 250;
-    const MAX_WAITING: usize = 4096;
-    let mut waiting: Vec<UProbeLink> = Vec::new();
-    loop {
-        let timeout = if waiting.is_empty() {
-            Duration::from_secs(3600)
-        } else {
-            Duration::from_millis(50)
-        };
-        match links.recv_timeout(timeout) {
-            Ok(batch) => waiting.extend(batch),
-            Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-        let now = epoch.elapsed().as_millis() as u64;
-        let quiet = now.saturating_sub(busy.load(Ordering::Relaxed)) >= QUIET_MS;
-        if quiet || waiting.len() > MAX_WAITING {
-            drop(waiting.pop());
-        }
     }
 }
 

@@ -6,6 +6,7 @@ pub mod elf;
 pub mod manager;
 pub mod procmaps;
 mod record;
+pub mod uprobe_events;
 
 pub use manager::{Command, Policy, Settings, TlsProbes, TlsReport};
 pub use record::{TlsRecord, TtfbSource};

@@ -24,6 +24,12 @@ pub enum TtfbSource {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TlsRecord {
     pub library: &'static str,
+    /// Client side: from the TCP connection's establishment to the first TLS
+    /// call on it (the client's TLS setup, e.g. creating its SSL_CTX).
+    /// `setup_ns + handshake_ns` is curl's `time_appconnect - time_connect`.
+    pub setup_ns: Option<u64>,
+    /// From the first handshake call on the session to the call that
+    /// completed it, across non-blocking retries.
     pub handshake_ns: Option<u64>,
     /// The library's last return value of a handshake that did not complete.
     pub handshake_error: Option<i32>,
@@ -46,6 +52,7 @@ impl TlsRecord {
     /// None when no TLS was seen on the connection.
     pub fn new(
         t: &TlsConn,
+        established_ns: u64,
         direction: Direction,
         state: State,
         server_name: Option<Arc<str>>,
@@ -80,8 +87,13 @@ impl TlsRecord {
             (None, Some(v)) => (Some(v), Some(TtfbSource::Socket)),
             (None, None) => (None, None),
         };
+        let setup_ns = match direction {
+            Direction::Outbound if measured => span(established_ns, t.hs_start_ns),
+            _ => None,
+        };
         Some(Self {
             library: library::name(t.library),
+            setup_ns,
             handshake_ns,
             handshake_error,
             server_name,
@@ -121,7 +133,8 @@ mod tests {
 
     #[test]
     fn plaintext_timing_wins_over_socket_timing() {
-        let r = TlsRecord::new(&client(), Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(&client(), 400, Direction::Outbound, State::Closed, None).unwrap();
+        assert_eq!(r.setup_ns, Some(600));
         assert_eq!(r.handshake_ns, Some(3_000));
         assert_eq!(r.handshake_error, None);
         assert_eq!(
@@ -146,7 +159,7 @@ mod tests {
             pt_read_after_write_ns: 0,
             ..client()
         };
-        let r = TlsRecord::new(&t, Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(&t, 0, Direction::Outbound, State::Closed, None).unwrap();
         assert_eq!(
             (r.ttfb_ns, r.ttfb_source),
             (Some(900), Some(TtfbSource::Socket))
@@ -165,9 +178,9 @@ mod tests {
             hs_ret: -1,
             ..client()
         };
-        let r = TlsRecord::new(&failed, Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(&failed, 0, Direction::Outbound, State::Closed, None).unwrap();
         assert_eq!((r.handshake_ns, r.handshake_error), (None, Some(-1)));
-        let open = TlsRecord::new(&failed, Direction::Outbound, State::Open, None).unwrap();
+        let open = TlsRecord::new(&failed, 0, Direction::Outbound, State::Open, None).unwrap();
         assert_eq!(
             open.handshake_error, None,
             "still handshaking is not a failure"
@@ -176,10 +189,16 @@ mod tests {
             flags: TLS_MIDSTREAM | TLS_HS_DONE,
             ..client()
         };
-        let r = TlsRecord::new(&mid, Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(&mid, 0, Direction::Outbound, State::Closed, None).unwrap();
         assert_eq!((r.handshake_ns, r.handshake_error), (None, None));
         assert_eq!(
-            TlsRecord::new(&TlsConn::default(), Direction::Inbound, State::Closed, None),
+            TlsRecord::new(
+                &TlsConn::default(),
+                0,
+                Direction::Inbound,
+                State::Closed,
+                None
+            ),
             None
         );
     }
@@ -194,7 +213,7 @@ mod tests {
             flags: TLS_HS_STARTED | TLS_HS_DONE | TLS_PLAINTEXT,
             ..client()
         };
-        let r = TlsRecord::new(&t, Direction::Inbound, State::Closed, Some("x".into())).unwrap();
+        let r = TlsRecord::new(&t, 0, Direction::Inbound, State::Closed, Some("x".into())).unwrap();
         assert_eq!((r.ttfb_ns, r.exchanges), (Some(5_000), Some(3)));
         assert_eq!(r.library, "gnutls");
         assert_eq!(r.server_name.as_deref(), Some("x"));
