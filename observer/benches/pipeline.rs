@@ -12,8 +12,8 @@ use observer::{
     process::ProcessCache,
 };
 use observer_common::{
-    CloseEvent, Conn, EventHeader, EventKind, OwnerEvent, AF_INET, DIR_OUTBOUND, FLAG_ESTABLISHED,
-    FLAG_OWNED,
+    CloseEvent, Conn, EventHeader, EventKind, OwnerEvent, TlsConn, AF_INET, DIR_OUTBOUND,
+    FLAG_ESTABLISHED, FLAG_OWNED,
 };
 
 const EVENTS_PER_ITER: usize = 10_000;
@@ -67,6 +67,7 @@ fn stream() -> Vec<Vec<u8>> {
                 ts_ns: 20_000 + i,
             },
             conn,
+            tls: TlsConn::default(),
         };
         out.push(as_bytes(&owner).to_vec());
         out.push(as_bytes(&close).to_vec());

@@ -16,6 +16,11 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("ip", "iproute2"),
     ("setpriv", "util-linux"),
     ("python3", "python3"),
+    // TLS tests: certificates, a Node.js client, a GnuTLS client, nginx.
+    ("openssl", "openssl"),
+    ("node", "nodejs"),
+    ("wget", "wget"),
+    ("nginx", "nginx"),
 ];
 
 fn have(cmd: &str) -> bool {

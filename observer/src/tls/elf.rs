@@ -129,6 +129,7 @@ fn file_offset<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>, addr: u64)
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 mod tests {
     use super::*;
 

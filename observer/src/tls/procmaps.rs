@@ -73,6 +73,7 @@ pub fn reachable_path(proc_root: &Path, pid: u32, m: &Mapping) -> Option<PathBuf
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 mod tests {
     use super::*;
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use observer_common::{
     tls::{library, TLS_HS_DONE, TLS_HS_STARTED, TLS_MIDSTREAM, TLS_PLAINTEXT},
-    TlsConn,
+    Conn, TlsConn,
 };
 use serde::Serialize;
 
@@ -52,7 +52,7 @@ impl TlsRecord {
     /// None when no TLS was seen on the connection.
     pub fn new(
         t: &TlsConn,
-        established_ns: u64,
+        conn: &Conn,
         direction: Direction,
         state: State,
         server_name: Option<Arc<str>>,
@@ -60,10 +60,20 @@ impl TlsRecord {
         if t.library == 0 {
             return None;
         }
+        let first_rx_ns = conn.first_rx_ns;
         let done = t.flags & TLS_HS_DONE != 0;
         let measured = t.flags & TLS_MIDSTREAM == 0 && t.flags & TLS_HS_STARTED != 0;
+        // A server that calls the handshake function before the ClientHello
+        // is there (a blocking accept) waits for the client's setup: its
+        // handshake starts when it reads the ClientHello.
+        let start = match direction {
+            Direction::Inbound if first_rx_ns > t.hs_start_ns && first_rx_ns <= t.hs_end_ns => {
+                first_rx_ns
+            }
+            _ => t.hs_start_ns,
+        };
         let handshake_ns = if done && measured {
-            span(t.hs_start_ns, t.hs_end_ns)
+            span(start, t.hs_end_ns)
         } else {
             None
         };
@@ -88,7 +98,7 @@ impl TlsRecord {
             (None, None) => (None, None),
         };
         let setup_ns = match direction {
-            Direction::Outbound if measured => span(established_ns, t.hs_start_ns),
+            Direction::Outbound if measured => span(conn.established_ns, t.hs_start_ns),
             _ => None,
         };
         Some(Self {
@@ -108,10 +118,18 @@ impl TlsRecord {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 mod tests {
     use observer_common::tls::TLS_LAST_READ;
 
     use super::*;
+
+    fn est(established_ns: u64) -> Conn {
+        Conn {
+            established_ns,
+            ..Conn::default()
+        }
+    }
 
     fn client() -> TlsConn {
         TlsConn {
@@ -133,7 +151,14 @@ mod tests {
 
     #[test]
     fn plaintext_timing_wins_over_socket_timing() {
-        let r = TlsRecord::new(&client(), 400, Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(
+            &client(),
+            &est(400),
+            Direction::Outbound,
+            State::Closed,
+            None,
+        )
+        .unwrap();
         assert_eq!(r.setup_ns, Some(600));
         assert_eq!(r.handshake_ns, Some(3_000));
         assert_eq!(r.handshake_error, None);
@@ -159,7 +184,7 @@ mod tests {
             pt_read_after_write_ns: 0,
             ..client()
         };
-        let r = TlsRecord::new(&t, 0, Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(&t, &est(0), Direction::Outbound, State::Closed, None).unwrap();
         assert_eq!(
             (r.ttfb_ns, r.ttfb_source),
             (Some(900), Some(TtfbSource::Socket))
@@ -178,9 +203,10 @@ mod tests {
             hs_ret: -1,
             ..client()
         };
-        let r = TlsRecord::new(&failed, 0, Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(&failed, &est(0), Direction::Outbound, State::Closed, None).unwrap();
         assert_eq!((r.handshake_ns, r.handshake_error), (None, Some(-1)));
-        let open = TlsRecord::new(&failed, 0, Direction::Outbound, State::Open, None).unwrap();
+        let open =
+            TlsRecord::new(&failed, &est(0), Direction::Outbound, State::Open, None).unwrap();
         assert_eq!(
             open.handshake_error, None,
             "still handshaking is not a failure"
@@ -189,18 +215,29 @@ mod tests {
             flags: TLS_MIDSTREAM | TLS_HS_DONE,
             ..client()
         };
-        let r = TlsRecord::new(&mid, 0, Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(&mid, &est(0), Direction::Outbound, State::Closed, None).unwrap();
         assert_eq!((r.handshake_ns, r.handshake_error), (None, None));
         assert_eq!(
             TlsRecord::new(
                 &TlsConn::default(),
-                0,
+                &est(0),
                 Direction::Inbound,
                 State::Closed,
                 None
             ),
             None
         );
+    }
+
+    #[test]
+    fn a_blocking_server_handshake_starts_at_the_client_hello() {
+        let conn = Conn {
+            first_rx_ns: 1_500,
+            ..Conn::default()
+        };
+        let r = TlsRecord::new(&client(), &conn, Direction::Inbound, State::Closed, None).unwrap();
+        assert_eq!(r.handshake_ns, Some(2_500));
+        assert_eq!(r.setup_ns, None);
     }
 
     #[test]
@@ -213,7 +250,14 @@ mod tests {
             flags: TLS_HS_STARTED | TLS_HS_DONE | TLS_PLAINTEXT,
             ..client()
         };
-        let r = TlsRecord::new(&t, 0, Direction::Inbound, State::Closed, Some("x".into())).unwrap();
+        let r = TlsRecord::new(
+            &t,
+            &est(0),
+            Direction::Inbound,
+            State::Closed,
+            Some("x".into()),
+        )
+        .unwrap();
         assert_eq!((r.ttfb_ns, r.exchanges), (Some(5_000), Some(3)));
         assert_eq!(r.library, "gnutls");
         assert_eq!(r.server_name.as_deref(), Some("x"));

@@ -1,0 +1,616 @@
+//! TLS phases through the libraries real programs use: curl and Python
+//! (libssl.so.3), Node.js (its own OpenSSL), wget (GnuTLS), nginx as a server.
+//! Every timing is checked against the delays the test server injects and,
+//! where the client can say, against the client's own clock.
+//! Needs root (loads eBPF); see tests/src/lib.rs.
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+use tests::*;
+
+const HS_MS: u32 = 100;
+const ANSWER_MS: u32 = 200;
+/// What the library and the test server add on top of an injected delay
+/// (the rest of the handshake, a wake-up): the measured time must lie in
+/// [delay, delay + SLACK].
+const SLACK_MS: f64 = 3.0;
+/// The test server's answer: headers and a 5-byte body.
+const RESPONSE_LEN: u64 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".len() as u64 + 5;
+
+fn needs(test: &str, tools: &[&str]) -> bool {
+    require_root(test) && tools.iter().all(|t| require_tool(test, t))
+}
+
+/// One observer at a time in this binary: an observer that starts or stops
+/// attaches or closes its all-process uprobes, each close holding the
+/// kernel's trace event lock for ~110 ms, which would delay the per-process
+/// probes of the observer of a test running beside it.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A self-signed P-256 certificate for tls.test and 127.0.0.1.
+struct Cert {
+    dir: PathBuf,
+}
+
+impl Cert {
+    fn new() -> Cert {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "observer-tls-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", "/CN=tls.test"])
+            .args(["-addext", "subjectAltName=DNS:tls.test,IP:127.0.0.1"])
+            .arg("-keyout")
+            .arg(dir.join("key.pem"))
+            .arg("-out")
+            .arg(dir.join("cert.pem"))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "openssl req failed");
+        Cert { dir }
+    }
+
+    fn cert(&self) -> PathBuf {
+        self.dir.join("cert.pem")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.join("key.pem")
+    }
+}
+
+impl Drop for Cert {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// helpers/tls_server.py; killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Server {
+        let mut child = Command::new("python3")
+            .arg(helper("tls_server.py"))
+            .arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key())
+            .args(["--mode", mode])
+            .args(["--handshake-delay-ms", &hs_ms.to_string()])
+            .args(["--answer-delay-ms", &answer_ms.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().strip_prefix("PORT ").unwrap().parse().unwrap();
+        Server { child, port }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
+    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "{cmd:?} failed: {}", out.status);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn python_client(port: u16, args: &[&str]) -> Vec<Value> {
+    run_json_lines(
+        Command::new("python3")
+            .arg(helper("tls_client.py"))
+            .args(["--port", &port.to_string()])
+            .args(args),
+    )
+}
+
+fn ms_of(v: &Value) -> f64 {
+    ms(v.as_u64()
+        .unwrap_or_else(|| panic!("not a number of ns: {v}")))
+}
+
+fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: {got:.3} ms, want {want:.3} ± {tol} ms"
+    );
+}
+
+fn assert_delay(what: &str, got: f64, delay: u32) {
+    let d = f64::from(delay);
+    assert!(
+        got >= d && got <= d + SLACK_MS,
+        "{what}: {got:.3} ms, injected {d} ms (+{SLACK_MS})"
+    );
+}
+
+/// The one record whose `field` is `value`.
+fn only<'a>(w: &'a Watched, field: &str, value: &Value) -> &'a Value {
+    let found = w.with(field, value);
+    assert_eq!(found.len(), 1, "records with {field}={value}: {found:#?}");
+    found[0]
+}
+
+fn uprobe_events_of(observer_pid: u32) -> Vec<String> {
+    let group = format!("observer_{observer_pid}/");
+    [
+        "/sys/kernel/tracing/uprobe_events",
+        "/sys/kernel/debug/tracing/uprobe_events",
+    ]
+    .iter()
+    .filter_map(|p| std::fs::read_to_string(p).ok())
+    .flat_map(|t| t.lines().map(str::to_owned).collect::<Vec<_>>())
+    .filter(|l| l.contains(&group))
+    .collect()
+}
+
+#[test]
+fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
+    if !needs("curl_tls", &["curl", "openssl", "python3"]) {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let port = server.port.to_string();
+    let w = Watch::start(&["--port", &port]);
+    let observer = w.pid();
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let out = Command::new("curl")
+            .args(["-sk", "-o", "/dev/null", "--resolve"])
+            .arg(format!("tls.test:{port}:127.0.0.1"))
+            .args([
+                "-w",
+                "%{time_connect} %{time_appconnect} %{time_starttransfer} %{local_port}",
+            ])
+            .arg(format!("https://tls.test:{port}/"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let t: Vec<f64> = String::from_utf8(out.stdout)
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        runs.push(t);
+    }
+    let out = w.stop();
+    assert!(
+        uprobe_events_of(observer).is_empty(),
+        "uprobe events left behind: {:?}",
+        uprobe_events_of(observer)
+    );
+    for t in &runs {
+        let (connect, app, start, lport) = (t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] as u64);
+        let r = only(&out, "local_port", &json!(lport));
+        let tls = &r["tls"];
+        assert_eq!(r["comm"], "curl");
+        assert_eq!(tls["library"], "openssl", "{r:#}");
+        assert_eq!(tls["server_name"], "tls.test");
+        assert_eq!(tls["ttfb_source"], "plaintext");
+        assert_eq!(tls["handshake_error"], Value::Null);
+        assert_eq!(tls["exchanges"], 1);
+        assert_eq!(tls["plaintext_received"], RESPONSE_LEN);
+        // curl's own clock: appconnect - connect covers its TLS setup and
+        // the handshake; starttransfer - appconnect the wait for the answer.
+        let hs = ms_of(&tls["handshake_ns"]);
+        let setup = ms_of(&tls["setup_ns"]);
+        assert_near("curl setup + handshake", setup + hs, app - connect, 1.0);
+        assert_near("curl first byte", ms_of(&tls["ttfb_ns"]), start - app, 1.0);
+        assert_delay("curl handshake", hs, HS_MS);
+        assert_delay("curl first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+        // The server's side of the same connection.
+        let s = out
+            .records
+            .iter()
+            .find(|s| s["direction"] == "inbound" && s["remote_port"] == json!(lport))
+            .unwrap_or_else(|| panic!("no server record for port {lport}"));
+        assert_eq!(s["pid"], server.pid());
+        let stls = &s["tls"];
+        assert_eq!(stls["ttfb_source"], "plaintext", "{s:#}");
+        assert_delay("server handshake", ms_of(&stls["handshake_ns"]), HS_MS);
+        assert_delay("server answer", ms_of(&stls["ttfb_ns"]), ANSWER_MS);
+        assert_eq!(stls["exchanges"], 1);
+        assert_eq!(stls["plaintext_sent"], RESPONSE_LEN);
+        assert_eq!(
+            stls["plaintext_received"], tls["plaintext_sent"],
+            "both ends count the request alike"
+        );
+        assert_eq!(stls["setup_ns"], Value::Null);
+    }
+    let summary = out.summary();
+    assert_eq!(summary["tls_insert_failed"], 0);
+    let files = summary["tls"]["files"].as_array().unwrap();
+    assert!(
+        files
+            .iter()
+            .any(|f| f["library"] == "openssl" && f["probes"].as_u64() > Some(0)),
+        "{files:#?}"
+    );
+    // Still works with the observer gone.
+    let after = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "--resolve"])
+        .arg(format!("tls.test:{port}:127.0.0.1"))
+        .arg(format!("https://tls.test:{port}/"))
+        .status()
+        .unwrap();
+    assert!(after.success());
+}
+
+#[test]
+fn python_node_and_gnutls_clients() {
+    if !needs("clients_tls", &["openssl", "python3", "node", "wget"]) {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let port = server.port.to_string();
+    let w = Watch::start(&["--port", &port]);
+    // Python: three requests on one keep-alive connection.
+    let py = python_client(server.port, &["--servername", "py.test", "--requests", "3"]);
+    let node = run_json_lines(
+        Command::new("node")
+            .arg(helper("tls_client.js"))
+            .args([port.as_str(), "node.test"]),
+    );
+    let wget = Command::new("wget")
+        .args(["-q", "--no-check-certificate", "-O", "/dev/null"])
+        .arg(format!("https://127.0.0.1:{port}/"))
+        .status()
+        .unwrap();
+    assert!(wget.success());
+    let out = w.stop();
+
+    let p = &py[0];
+    let r = only(&out, "local_port", &p["local_port"]);
+    let tls = &r["tls"];
+    assert_eq!(r["pid"], p["pid"]);
+    assert_eq!(
+        (&tls["library"], &tls["server_name"]),
+        (&json!("openssl"), &json!("py.test"))
+    );
+    assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
+    assert_eq!(tls["exchanges"], 3, "three requests on one connection");
+    assert_eq!(tls["plaintext_sent"], p["sent"]);
+    assert_eq!(tls["plaintext_received"], p["received"]);
+    let hs = ms_of(&tls["handshake_ns"]);
+    assert_near(
+        "python setup + handshake",
+        hs + ms_of(&tls["setup_ns"]),
+        p["handshake_ms"].as_f64().unwrap(),
+        1.0,
+    );
+    assert_near(
+        "python first byte",
+        ms_of(&tls["ttfb_ns"]),
+        p["ttfb_ms"][0].as_f64().unwrap(),
+        1.0,
+    );
+    assert_delay("python handshake", hs, HS_MS);
+    assert_delay("python first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+
+    let n = &node[0];
+    let r = only(&out, "pid", &n["pid"]);
+    let tls = &r["tls"];
+    assert_eq!(r["comm"], "node");
+    assert_eq!(
+        (&tls["library"], &tls["server_name"]),
+        (&json!("openssl"), &json!("node.test")),
+        "{r:#}"
+    );
+    assert_eq!(tls["ttfb_source"], "plaintext");
+    let hs = ms_of(&tls["handshake_ns"]);
+    // Node handshakes inside SSL_read/SSL_write; its own clock runs from the
+    // socket's connect to the secureConnect callback.
+    assert_near(
+        "node handshake",
+        hs + ms_of(&tls["setup_ns"]),
+        n["handshake_ms"].as_f64().unwrap(),
+        2.0,
+    );
+    assert_near(
+        "node first byte",
+        ms_of(&tls["ttfb_ns"]),
+        n["ttfb_ms"][0].as_f64().unwrap(),
+        2.0,
+    );
+    assert_delay("node handshake", hs, HS_MS);
+    assert_delay("node first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+
+    let r = only(&out, "comm", &json!("wget"));
+    let tls = &r["tls"];
+    assert_eq!(tls["library"], "gnutls", "{r:#}");
+    assert_eq!(tls["ttfb_source"], "plaintext");
+    assert_eq!(tls["plaintext_received"], RESPONSE_LEN);
+    assert_delay("wget handshake", ms_of(&tls["handshake_ns"]), HS_MS);
+    assert_delay("wget first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+}
+
+/// nginx from Debian's packages terminating TLS in front of a backend that
+/// takes 150 ms: the worker's records carry its handshake and its time to
+/// answer, which is the backend's.
+#[test]
+fn nginx_server_side() {
+    if !needs("nginx_tls", &["openssl", "python3", "nginx"]) {
+        return;
+    }
+    let _serial = serial();
+    const BACKEND_MS: u32 = 150;
+    let cert = Cert::new();
+    let backend = Server::start(&cert, "plain", 0, BACKEND_MS);
+    let port = free_port();
+    let conf = cert.dir.join("nginx.conf");
+    let d = cert.dir.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{}}\nhttp {{\n access_log off;\n client_body_temp_path {d};\n proxy_temp_path {d};\n\
+             fastcgi_temp_path {d};\n uwsgi_temp_path {d};\n scgi_temp_path {d};\n\
+             server {{\n  listen 127.0.0.1:{port} ssl;\n  ssl_certificate {d}/cert.pem;\n  ssl_certificate_key {d}/key.pem;\n\
+             location / {{ proxy_pass http://127.0.0.1:{}; }}\n }}\n}}\n",
+            backend.port
+        ),
+    )
+    .unwrap();
+    let mut nginx = Command::new("nginx")
+        .arg("-c")
+        .arg(&conf)
+        .arg("-p")
+        .arg(&cert.dir)
+        .spawn()
+        .unwrap();
+    let up = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "nginx did not start");
+    let w = Watch::start(&["--port", &port.to_string()]);
+    // The worker's first TLS session announces it; its per-call probes are
+    // then in for the connection measured after it.
+    python_client(port, &[]);
+    let c = python_client(port, &["--requests", "3"]);
+    let out = w.stop();
+    // SIGTERM: the master stops its worker (SIGKILL would orphan it).
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(nginx.id() as i32, libc::SIGTERM) };
+    let _ = nginx.wait();
+    let c = &c[0];
+    let s = out
+        .records
+        .iter()
+        .find(|r| r["direction"] == "inbound" && r["remote_port"] == c["local_port"])
+        .unwrap_or_else(|| panic!("no nginx record: {:#?}", out.records));
+    assert_eq!(s["comm"], "nginx");
+    let tls = &s["tls"];
+    assert_eq!(tls["library"], "openssl", "{s:#}");
+    assert_eq!(tls["ttfb_source"], "plaintext");
+    assert_eq!(tls["exchanges"], 3);
+    assert_delay("nginx time to answer", ms_of(&tls["ttfb_ns"]), BACKEND_MS);
+    assert_eq!(tls["plaintext_received"], c["sent"]);
+    assert_eq!(tls["plaintext_sent"], c["received"]);
+    // The server's handshake is part of what the client waited for.
+    let hs = ms_of(&tls["handshake_ns"]);
+    assert!(
+        hs > 0.0 && hs <= c["handshake_ms"].as_f64().unwrap(),
+        "nginx handshake {hs} ms, client {c}"
+    );
+}
+
+#[test]
+fn client_started_before_the_observer() {
+    if !needs("early_client_tls", &["openssl", "python3"]) {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let go = cert.dir.join("go");
+    let mut client = Command::new("python3")
+        .arg(helper("tls_client.py"))
+        .args(["--port", &server.port.to_string(), "--wait-for"])
+        .arg(&go)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "WAITING");
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    std::fs::write(&go, b"").unwrap();
+    let result: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(client.wait().unwrap().success());
+    let out = w.stop();
+    let r = only(&out, "local_port", &result["local_port"]);
+    let tls = &r["tls"];
+    assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
+    assert_delay("handshake", ms_of(&tls["handshake_ns"]), HS_MS);
+    assert_delay("first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+}
+
+#[test]
+fn failed_handshakes() {
+    if !needs("failed_tls", &["openssl", "python3", "curl"]) {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let tls_server = Server::start(&cert, "tls", 0, 0);
+    let closer = Server::start(&cert, "close-on-hello", 0, 0);
+    let w = Watch::start(&["--port", &format!("{},{}", tls_server.port, closer.port)]);
+    // Plain HTTP to a TLS server: the server's handshake fails.
+    let plain = python_client(tls_server.port, &["--plain"]);
+    // A server that closes after the first bytes of the ClientHello: curl's fails.
+    let curl = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{local_port}"])
+        .arg(format!("https://127.0.0.1:{}/", closer.port))
+        .output()
+        .unwrap();
+    assert_eq!(curl.status.code(), Some(35), "curl: TLS connect error");
+    let curl_port: u64 = String::from_utf8(curl.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let out = w.stop();
+
+    let s = out
+        .records
+        .iter()
+        .find(|r| r["direction"] == "inbound" && r["remote_port"] == plain[0]["local_port"])
+        .unwrap_or_else(|| panic!("no server record: {:#?}", out.records));
+    let tls = &s["tls"];
+    assert_eq!(tls["handshake_ns"], Value::Null, "{s:#}");
+    let code = tls["handshake_error"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no error: {s:#}"));
+    assert!(code <= 0, "OpenSSL reports failure as 0 or -1: {code}");
+
+    let c = only(&out, "local_port", &json!(curl_port));
+    let tls = &c["tls"];
+    assert_eq!(c["comm"], "curl");
+    assert_eq!(tls["handshake_ns"], Value::Null, "{c:#}");
+    assert!(
+        tls["handshake_error"].as_i64().is_some_and(|e| e <= 0),
+        "{c:#}"
+    );
+}
+
+/// `--tls-plaintext-probes off`: times come from the socket after the
+/// handshake; a server's is sound (request in -> answer out).
+#[test]
+fn without_plaintext_probes_times_come_from_the_socket() {
+    if !needs("socket_tls", &["openssl", "python3"]) {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let w = Watch::start(&[
+        "--port",
+        &server.port.to_string(),
+        "--tls-plaintext-probes",
+        "off",
+    ]);
+    let c = python_client(server.port, &[]);
+    let out = w.stop();
+    let r = only(&out, "local_port", &c[0]["local_port"]);
+    let tls = &r["tls"];
+    assert_eq!(tls["ttfb_source"], "socket", "{r:#}");
+    assert_eq!(
+        (
+            &tls["exchanges"],
+            &tls["plaintext_sent"],
+            &tls["plaintext_received"]
+        ),
+        (&Value::Null, &Value::Null, &Value::Null)
+    );
+    assert_delay(
+        "handshake (handshake probes stay)",
+        ms_of(&tls["handshake_ns"]),
+        HS_MS,
+    );
+    let s = out
+        .records
+        .iter()
+        .find(|s| s["direction"] == "inbound" && s["remote_port"] == c[0]["local_port"])
+        .unwrap();
+    assert_eq!(s["tls"]["ttfb_source"], "socket");
+    assert_delay(
+        "server answer from the socket",
+        ms_of(&s["tls"]["ttfb_ns"]),
+        ANSWER_MS,
+    );
+    assert_eq!(out.summary()["tls"]["plaintext_attached_total"], 0);
+}
+
+/// A process whose plaintext call rate passes --tls-plaintext-max-rate loses
+/// its per-call probes: its next connection is timed from the socket.
+#[test]
+fn busy_processes_fall_back_to_socket_timing() {
+    if !needs("busy_tls", &["openssl", "python3"]) {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let server = Server::start(&cert, "tls", 0, 0);
+    let w = Watch::start(&[
+        "--port",
+        &server.port.to_string(),
+        "--tls-plaintext-max-rate",
+        "100",
+    ]);
+    let c = python_client(
+        server.port,
+        &[
+            "--requests",
+            "1500",
+            "--connections",
+            "2",
+            "--pause-ms",
+            "2500",
+        ],
+    );
+    let out = w.stop();
+    let first = only(&out, "local_port", &c[0]["local_port"]);
+    let second = only(&out, "local_port", &c[1]["local_port"]);
+    assert_eq!(first["tls"]["ttfb_source"], "plaintext", "{first:#}");
+    assert_eq!(second["tls"]["ttfb_source"], "socket", "{second:#}");
+    assert_eq!(second["tls"]["exchanges"], Value::Null);
+    assert!(
+        second["tls"]["handshake_ns"].is_u64(),
+        "handshake probes stay: {second:#}"
+    );
+    let summary = out.summary();
+    assert!(
+        summary["tls"]["plaintext_fell_back"].as_u64() >= Some(1),
+        "{summary:#}"
+    );
+}
