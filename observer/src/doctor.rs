@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::{
     ebpf::{self, LoadOptions, ProbeReport, ProbeStatus, PROBES},
     privileges::{Privileges, NEEDS},
+    tls::{Policy, Settings, TlsProbes, TlsReport},
     tracefs,
 };
 
@@ -31,6 +32,9 @@ pub struct Report {
     /// Records wait for tcp:tcp_destroy_sock (else they go out at CLOSE).
     pub emit_at_destroy: bool,
     pub probes: Vec<ProbeReport>,
+    /// TLS libraries found on this machine and in running processes, and the
+    /// handshake probes attached to each (null when nothing could be tried).
+    pub tls: Option<TlsReport>,
     /// True when the observer can run (every required probe attached).
     pub ok: bool,
 }
@@ -72,6 +76,7 @@ pub fn run() -> Report {
         offsets_error: None,
         emit_at_destroy: false,
         probes: Vec::new(),
+        tls: None,
         ok: false,
     };
     if !p.sufficient() {
@@ -106,6 +111,20 @@ pub fn run() -> Report {
         .map(|spec| ebpf::attach_spec(&mut loaded.ebpf, &tfs, spec))
         .collect();
     report.ok = report.probes.iter().all(|r| !r.required || r.attached());
+    // The same discovery `watch` makes at start; dropping it removes what it
+    // attached.
+    let mut tls = TlsProbes::new(
+        &mut loaded.ebpf,
+        Settings {
+            policy: Policy::Auto,
+            max_rate: 2000,
+            max_processes: 512,
+        },
+        Path::new("/proc"),
+        &tfs,
+    );
+    tls.discover(&mut loaded.ebpf);
+    report.tls = Some(tls.report.clone());
     report
 }
 
@@ -186,6 +205,7 @@ pub fn print(r: &Report) {
             println!("  {:<22} -> {reason}", "");
         }
     }
+    print_tls(r.tls.as_ref());
     let attached = r.probes.iter().filter(|p| p.attached()).count();
     if r.ok {
         println!("verdict: ok, {attached}/{} probes attach", r.probes.len());
@@ -193,6 +213,31 @@ pub fn print(r: &Report) {
         println!(
             "verdict: NOT WORKING, {attached}/{} probes attach",
             r.probes.len()
+        );
+    }
+}
+
+fn print_tls(tls: Option<&TlsReport>) {
+    let Some(t) = tls else { return };
+    println!("TLS libraries (uprobes; handshake and server name for every process, per-call");
+    println!("  plaintext probes per process from its first TLS session, while its call rate is modest):");
+    if let Some(e) = &t.programs_error {
+        println!("  NOT AVAILABLE: {e}: records carry no \"tls\" object");
+        return;
+    }
+    if t.files.is_empty() {
+        println!("  none found (no libssl / libgnutls on this machine or in running processes)");
+    }
+    for f in &t.files {
+        println!("  {:<10} {:<56} {} probes", f.library, f.path, f.probes);
+        for e in &f.errors {
+            println!("  {:<10} -> {e}", "");
+        }
+    }
+    if t.files_unreadable + t.maps_unreadable > 0 {
+        println!(
+            "  skipped: {} files unreadable, {} /proc/PID/maps unreadable",
+            t.files_unreadable, t.maps_unreadable
         );
     }
 }

@@ -4,7 +4,7 @@
 
 use std::{os::unix::fs::PermissionsExt, path::PathBuf, process::Command};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tests::*;
 
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -116,8 +116,30 @@ fn doctor_reports_every_probe_attached() {
         assert_eq!(p["status"], "attached", "{p}");
         assert!(!p["feature"].as_str().unwrap().is_empty());
     }
+    // The TLS libraries the TLS tests use are found and probed, each file
+    // once whatever its paths (libssl.so -> libssl.so.3 is one file).
+    let files = v["tls"]["files"].as_array().unwrap();
+    assert_eq!(v["tls"]["programs_error"], Value::Null);
+    for lib in ["openssl", "gnutls"] {
+        let f: Vec<&Value> = files.iter().filter(|f| f["library"] == lib).collect();
+        assert!(!f.is_empty(), "no {lib} found: {files:#?}");
+        assert!(
+            f.iter()
+                .all(|f| f["probes"].as_u64() >= Some(4) && f["errors"] == json!([])),
+            "{f:#?}"
+        );
+    }
+    let mut ids: Vec<(u64, u64)> = files
+        .iter()
+        .map(|f| (f["dev"].as_u64().unwrap(), f["inode"].as_u64().unwrap()))
+        .collect();
+    let n = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "a file probed twice: {files:#?}");
     let (code, text, _) = run(&["doctor"]);
     assert_eq!(code, 0);
     assert!(text.contains("inet_sock_set_state"), "{text}");
+    assert!(text.contains("libssl.so.3"), "{text}");
     assert!(text.contains("verdict: ok, 9/9 probes attach"), "{text}");
 }

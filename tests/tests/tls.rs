@@ -614,3 +614,62 @@ fn busy_processes_fall_back_to_socket_timing() {
         "{summary:#}"
     );
 }
+
+/// A process in another mount namespace (a container's view) that maps a
+/// copy of libssl only that namespace can see: the observer reaches it
+/// through /proc/PID/root and probes that file.
+#[test]
+fn a_library_only_another_mount_namespace_sees() {
+    if !needs("namespace_tls", &["openssl", "python3", "unshare", "mount"]) {
+        return;
+    }
+    let _serial = serial();
+    let libdir = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+    ]
+    .iter()
+    .find(|d| std::path::Path::new(d).join("libssl.so.3").exists())
+    .expect("libssl.so.3 (Debian's libssl3) on this machine");
+    let cert = Cert::new();
+    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let ns_dir = cert.dir.join("ns");
+    std::fs::create_dir_all(&ns_dir).unwrap();
+    let go = cert.dir.join("go");
+    let script = format!(
+        "mount -t tmpfs none {ns} && cp {lib}/libssl.so.3 {lib}/libcrypto.so.3 {ns}/ && \
+         LD_LIBRARY_PATH={ns} exec python3 {client} --port {port} --wait-for {go}",
+        ns = ns_dir.display(),
+        lib = libdir,
+        client = helper("tls_client.py").display(),
+        port = server.port,
+        go = go.display(),
+    );
+    let mut client = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "WAITING");
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    std::fs::write(&go, b"").unwrap();
+    let result: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(client.wait().unwrap().success());
+    let out = w.stop();
+    let files = out.summary()["tls"]["files"].as_array().unwrap().clone();
+    let ours = format!("{}/libssl.so.3", ns_dir.display());
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == json!(ours) && f["probes"].as_u64() > Some(0)),
+        "the namespace's libssl was not probed: {files:#?}"
+    );
+    let r = only(&out, "local_port", &result["local_port"]);
+    let tls = &r["tls"];
+    assert_eq!(tls["library"], "openssl", "{r:#}");
+    assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
+    assert_delay("handshake", ms_of(&tls["handshake_ns"]), HS_MS);
+    assert_delay("first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+}
