@@ -3,7 +3,10 @@
 
 use std::io::{self, Write};
 
-use crate::record::{ConnRecord, Direction, State};
+use crate::{
+    record::{ConnRecord, Direction, State},
+    tls::TtfbSource,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -11,7 +14,7 @@ pub enum Format {
     Json,
 }
 
-pub const HEADER: &str = "TIME(UTC)     PID      COMM             DIR  REMOTE                                  LOCAL                                   CONNECT     TTFB  DURATION      SENT      RECV  RTX  SRTT     ERROR";
+pub const HEADER: &str = "TIME(UTC)     PID      COMM             DIR  REMOTE                                  LOCAL                                   CONNECT      TLS      TTFB  DURATION      SENT      RECV  RTX  SRTT     ERROR  SERVER-NAME";
 
 /// "1.23ms"-style durations; "-" for phases that did not happen.
 pub fn fmt_ns(ns: Option<u64>) -> String {
@@ -62,12 +65,31 @@ pub fn text_line(r: &ConnRecord) -> String {
         (State::Open, None) => "(open)",
         (State::Closed, None) => "-",
     };
+    // On TLS the socket's first bytes are the handshake: show the TLS
+    // library's view, marked "~" when it is the socket-level approximation a
+    // client gets without per-call probes.
+    let (tls_hs, ttfb) = match &r.tls {
+        Some(t) => {
+            let approx =
+                t.ttfb_source == Some(TtfbSource::Socket) && r.direction == Direction::Outbound;
+            let ttfb = fmt_ns(t.ttfb_ns);
+            (
+                fmt_ns(t.handshake_ns),
+                if approx { format!("~{ttfb}") } else { ttfb },
+            )
+        }
+        None => ("-".into(), fmt_ns(r.ttfb_ns)),
+    };
+    let name = r
+        .tls
+        .as_ref()
+        .and_then(|t| t.server_name.as_deref())
+        .unwrap_or("");
     format!(
-        "{time:<13} {pid:<8} {comm:<16} {dir:<4} {:<39} {:<39} {:>8} {:>8} {:>9} {:>9} {:>9} {:>4} {:>8} {status}",
+        "{time:<13} {pid:<8} {comm:<16} {dir:<4} {:<39} {:<39} {:>8} {tls_hs:>8} {ttfb:>9} {:>9} {:>9} {:>9} {:>4} {:>8} {status}  {name}",
         endpoint(&r.remote_addr, r.remote_port),
         endpoint(&r.local_addr, r.local_port),
         fmt_ns(r.connect_ns),
-        fmt_ns(r.ttfb_ns),
         fmt_ns(r.duration_ns),
         fmt_bytes(r.bytes_sent),
         fmt_bytes(r.bytes_received),

@@ -25,101 +25,14 @@ use aya::{
     Ebpf,
 };
 use observer_common::tls::{library, TlsProc, TLS_PROCS_MAP};
-use serde::Serialize;
 
 use super::{
     elf::{classify, TlsImage},
+    hooks::{hooks, Hook, PROGRAMS},
     procmaps::{executable_files, reachable_path, FileId, Mapping},
+    report::{Policy, Settings, TlsFileReport, TlsReport},
     uprobe_events::{EventId, UprobeEvents},
 };
-
-/// When the plaintext read/write probes are attached (`--tls-plaintext-probes`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    /// Never: TLS times come from the socket after the handshake.
-    Off,
-    /// Per process, from its first TLS session, while its call rate is modest.
-    Auto,
-    /// On every TLS file for all processes (costly for busy TLS servers).
-    All,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct Settings {
-    pub policy: Policy,
-    /// Plaintext calls per second above which a process's probes come off.
-    pub max_rate: u64,
-    /// Processes with their own plaintext probes at once.
-    pub max_processes: usize,
-}
-
-/// A program and the function it hooks.
-struct Hook {
-    program: &'static str,
-    symbol: &'static str,
-}
-
-const fn h(program: &'static str, symbol: &'static str) -> Hook {
-    Hook { program, symbol }
-}
-
-const OPENSSL_HANDSHAKE: &[Hook] = &[
-    h("tls_handshake", "SSL_do_handshake"),
-    h("tls_handshake_ret", "SSL_do_handshake"),
-    h("ssl_session_begin", "SSL_set_connect_state"),
-    h("ssl_session_begin", "SSL_set_accept_state"),
-    h("ssl_ctrl", "SSL_ctrl"),
-    h("ssl_set_host_name", "SSL_set_tlsext_host_name"),
-    h("tls_free", "SSL_free"),
-];
-const OPENSSL_PLAINTEXT: &[Hook] = &[
-    h("tls_read", "SSL_read"),
-    h("tls_rw_ret", "SSL_read"),
-    h("ssl_read_ex", "SSL_read_ex"),
-    h("tls_rw_ret", "SSL_read_ex"),
-    h("tls_write", "SSL_write"),
-    h("tls_rw_ret", "SSL_write"),
-    h("ssl_write_ex", "SSL_write_ex"),
-    h("tls_rw_ret", "SSL_write_ex"),
-];
-const GNUTLS_HANDSHAKE: &[Hook] = &[
-    h("tls_handshake", "gnutls_handshake"),
-    h("tls_handshake_ret", "gnutls_handshake"),
-    h("gnutls_server_name_set", "gnutls_server_name_set"),
-    h("tls_free", "gnutls_deinit"),
-];
-const GNUTLS_PLAINTEXT: &[Hook] = &[
-    h("tls_read", "gnutls_record_recv"),
-    h("tls_rw_ret", "gnutls_record_recv"),
-    h("tls_write", "gnutls_record_send"),
-    h("tls_rw_ret", "gnutls_record_send"),
-];
-
-/// Every TLS program in the object, loaded before the first attach.
-pub const PROGRAMS: &[&str] = &[
-    "tls_handshake",
-    "tls_handshake_ret",
-    "tls_read",
-    "tls_write",
-    "ssl_read_ex",
-    "ssl_write_ex",
-    "tls_rw_ret",
-    "tls_free",
-    "ssl_session_begin",
-    "ssl_ctrl",
-    "ssl_set_host_name",
-    "gnutls_server_name_set",
-];
-
-fn hooks(lib: u8, plaintext: bool) -> &'static [Hook] {
-    match (lib == library::GNUTLS, plaintext) {
-        (false, false) => OPENSSL_HANDSHAKE,
-        (false, true) => OPENSSL_PLAINTEXT,
-        (true, false) => GNUTLS_HANDSHAKE,
-        (true, true) => GNUTLS_PLAINTEXT,
-    }
-}
 
 /// Directories searched at start for the system's TLS libraries, so that a
 /// process that loads one later (Python imports ssl lazily) is covered
@@ -134,41 +47,6 @@ const LIB_DIRS: &[&str] = &[
     "/usr/local/lib",
     "/usr/local/lib64",
 ];
-
-/// What the manager found and did, for `ready`, the summary and `doctor`.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TlsReport {
-    pub plaintext_policy: Option<Policy>,
-    pub plaintext_max_rate: u64,
-    /// Why the TLS programs could not be loaded (then nothing is probed).
-    pub programs_error: Option<String>,
-    pub files: Vec<TlsFileReport>,
-    /// Processes whose plaintext probes are attached now.
-    pub plaintext_processes: usize,
-    /// Processes that got plaintext probes, in all.
-    pub plaintext_attached_total: u64,
-    /// Processes whose plaintext probes came off for their call rate.
-    pub plaintext_fell_back: u64,
-    /// Processes left without plaintext probes because of the process cap.
-    pub plaintext_over_cap: u64,
-    /// Uprobe attachments that failed.
-    pub attach_errors: u64,
-    /// /proc/PID/maps files that could not be read.
-    pub maps_unreadable: u64,
-    /// Files that could not be opened or parsed.
-    pub files_unreadable: u64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct TlsFileReport {
-    pub path: String,
-    pub library: &'static str,
-    pub dev: u64,
-    pub inode: u64,
-    /// Handshake probes attached for all processes.
-    pub probes: usize,
-    pub errors: Vec<String>,
-}
 
 /// Messages from the correlator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -676,33 +554,4 @@ fn attach(
             path.display()
         )
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_hook_names_a_known_program() {
-        for set in [
-            OPENSSL_HANDSHAKE,
-            OPENSSL_PLAINTEXT,
-            GNUTLS_HANDSHAKE,
-            GNUTLS_PLAINTEXT,
-        ] {
-            for hook in set {
-                assert!(PROGRAMS.contains(&hook.program), "{}", hook.program);
-            }
-        }
-        // Plaintext hooks are read/write calls only: nothing the handshake
-        // path needs is left to a per-process probe.
-        for hook in OPENSSL_PLAINTEXT.iter().chain(GNUTLS_PLAINTEXT) {
-            assert!(
-                hook.symbol.contains("read")
-                    || hook.symbol.contains("write")
-                    || hook.symbol.contains("recv")
-                    || hook.symbol.contains("send")
-            );
-        }
-    }
 }

@@ -3,10 +3,13 @@
 //! `tls_calls`, `libssl`, `libgnutls` and `tls_state`.
 
 pub mod elf;
+mod hooks;
 pub mod manager;
 pub mod procmaps;
 mod record;
+mod report;
 pub mod uprobe_events;
 
-pub use manager::{Command, Policy, Settings, TlsProbes, TlsReport};
+pub use manager::{Command, TlsProbes};
 pub use record::{TlsRecord, TtfbSource};
+pub use report::{Policy, Settings, TlsFileReport, TlsReport};

@@ -1,0 +1,60 @@
+//! The TLS probe policy and what the manager reports (`ready`, summary,
+//! `doctor`).
+
+use serde::Serialize;
+
+/// When the plaintext read/write probes are attached (`--tls-plaintext-probes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Never: TLS times come from the socket after the handshake.
+    Off,
+    /// Per process, from its first TLS session, while its call rate is modest.
+    Auto,
+    /// On every TLS file for all processes (costly for busy TLS servers).
+    All,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub policy: Policy,
+    /// Plaintext calls per second above which a process's probes come off.
+    pub max_rate: u64,
+    /// Processes with their own plaintext probes at once.
+    pub max_processes: usize,
+}
+
+/// What the manager found and did, for `ready`, the summary and `doctor`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TlsReport {
+    pub plaintext_policy: Option<Policy>,
+    pub plaintext_max_rate: u64,
+    /// Why the TLS programs could not be loaded (then nothing is probed).
+    pub programs_error: Option<String>,
+    pub files: Vec<TlsFileReport>,
+    /// Processes whose plaintext probes are attached now.
+    pub plaintext_processes: usize,
+    /// Processes that got plaintext probes, in all.
+    pub plaintext_attached_total: u64,
+    /// Processes whose plaintext probes came off for their call rate.
+    pub plaintext_fell_back: u64,
+    /// Processes left without plaintext probes because of the process cap.
+    pub plaintext_over_cap: u64,
+    /// Uprobe attachments that failed.
+    pub attach_errors: u64,
+    /// /proc/PID/maps files that could not be read.
+    pub maps_unreadable: u64,
+    /// Files that could not be opened or parsed.
+    pub files_unreadable: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TlsFileReport {
+    pub path: String,
+    pub library: &'static str,
+    pub dev: u64,
+    pub inode: u64,
+    /// Handshake probes attached for all processes.
+    pub probes: usize,
+    pub errors: Vec<String>,
+}
