@@ -96,6 +96,14 @@ pub const FLAG_RESET_RX: u8 = 2;
 pub const FLAG_ESTABLISHED: u8 = 4;
 /// `Conn::flags`: a TLS session is tied to this socket (see [`tls`]).
 pub const FLAG_TLS: u8 = 8;
+/// `Conn::flags`: the TLS connection's socket-level times are all taken, so
+/// its sends and receives need no more TLS work.
+pub const FLAG_TLS_TIMED: u8 = 16;
+/// Socket calls (each way together) within which a connection may still be
+/// tied to a TLS session: the handshake is a connection's first I/O, after a
+/// few plaintext exchanges at most (STARTTLS). Past it, sends and receives of
+/// connections without TLS cost no TLS lookup.
+pub const TLS_BIND_CALLS: u32 = 16;
 
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;

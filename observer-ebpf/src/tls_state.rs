@@ -77,6 +77,23 @@ fn timings(session: *mut TlsSession) -> Option<*mut TlsConn> {
     }
 }
 
+/// A handshake call on a session whose handshake completed, or whose
+/// connection is gone, is a new session under a freed one's pointer (SSL_free
+/// is not probed: it would cost every connection a trap).
+#[inline(always)]
+fn finished(session: *mut TlsSession) -> bool {
+    // SAFETY: a live map value.
+    unsafe {
+        if (*session).sk == 0 {
+            return (*session).tls.flags & TLS_HS_DONE != 0;
+        }
+        match TLS_CONNS.get_ptr(&(*session).sk) {
+            Some(t) => (*t).flags & TLS_HS_DONE != 0,
+            None => true,
+        }
+    }
+}
+
 /// A session starts (SSL_set_connect_state / SSL_set_accept_state). An entry
 /// under the same pointer that already has a socket or a handshake belonged
 /// to a freed session; a fresh one (the server name is often set first) stays.
@@ -116,6 +133,7 @@ pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64) -> Optio
         announce(tgid, library, now);
     }
     let session = match TLS_SESSIONS.get_ptr_mut(&k) {
+        Some(s) if operation == op::HANDSHAKE && finished(s) => create(&k, library, 0)?,
         Some(s) => s,
         None if operation == op::HANDSHAKE => create(&k, library, 0)?,
         // Read or write on a session we never saw start: it predates us.
@@ -306,13 +324,17 @@ pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
 
 /// Socket-level timing of a TLS connection after its handshake, for when no
 /// plaintext probes ran: first bytes each way and the first answer to them.
+/// Returns true once all of them are taken (or the connection's TLS entry is
+/// gone): the socket needs no more of this.
 #[inline(always)]
-pub fn socket_io(sk: u64, tx: bool) -> Option<()> {
-    let tls = TLS_CONNS.get_ptr_mut(&sk)?;
+pub fn socket_io(sk: u64, tx: bool) -> bool {
+    let Some(tls) = TLS_CONNS.get_ptr_mut(&sk) else {
+        return true;
+    };
     // SAFETY: a live map value.
     let tls = unsafe { &mut *tls };
     if tls.hs_end_ns == 0 {
-        return None;
+        return false;
     }
     let (first, other_first, answer) = if tx {
         (
@@ -338,5 +360,8 @@ pub fn socket_io(sk: u64, tx: bool) -> Option<()> {
             *answer = now;
         }
     }
-    Some(())
+    tls.sk_send_after_hs_ns != 0
+        && tls.sk_recv_after_hs_ns != 0
+        && tls.sk_send_after_recv_ns != 0
+        && tls.sk_recv_after_send_ns != 0
 }

@@ -339,6 +339,59 @@ mod tests {
     }
 
     #[test]
+    fn tls_name_and_timings_join_the_connection() {
+        use observer_common::tls::{library, SERVER_NAME_LEN, TLS_HS_DONE, TLS_HS_STARTED};
+        let mut t = table();
+        t.handle(owner_event(3, 10));
+        let mut name = [0u8; SERVER_NAME_LEN];
+        name[..8].copy_from_slice(b"api.test");
+        assert_eq!(
+            t.handle(Event::TlsName {
+                sk: 3,
+                len: 8,
+                name
+            }),
+            None
+        );
+        // A name for a connection the table does not know is dropped.
+        assert_eq!(
+            t.handle(Event::TlsName {
+                sk: 99,
+                len: 8,
+                name
+            }),
+            None
+        );
+        let tls = TlsConn {
+            hs_start_ns: 300,
+            hs_end_ns: 900,
+            library: library::OPENSSL,
+            flags: TLS_HS_STARTED | TLS_HS_DONE,
+            ..TlsConn::default()
+        };
+        let closed = Conn {
+            end_ns: 1_000,
+            flags: FLAG_OWNED | FLAG_ESTABLISHED | FLAG_TLS,
+            ..conn(3, 10)
+        };
+        let r = t.handle(Event::Close(closed, tls)).expect("a record");
+        let tls = r.tls.expect("a tls object");
+        assert_eq!(tls.server_name.as_deref(), Some("api.test"));
+        assert_eq!(tls.handshake_ns, Some(600));
+        assert_eq!(
+            tls.setup_ns,
+            Some(100),
+            "established at 200, first TLS call at 300"
+        );
+        // Without TLS the object is null.
+        t.handle(owner_event(4, 10));
+        let r = t
+            .handle(Event::Close(conn(4, 10), TlsConn::default()))
+            .expect("a record");
+        assert_eq!(r.tls, None);
+    }
+
+    #[test]
     fn exec_forgets_cached_process() {
         let mut t = table();
         let me = std::process::id();

@@ -46,6 +46,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     if !crate::privileges::Privileges::current().sufficient() {
         return Err(ebpf::LoadError::NotPrivileged.into());
     }
+    raise_fd_limit();
     let tracefs = tracefs::find_or_mount()?;
     let mut loaded = ebpf::load(&opts, &tracefs)?;
     let reports = ebpf::attach(&mut loaded, &tracefs)?;
@@ -164,6 +165,24 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         tls: Some(tls_report),
         programs: prog_stats,
     })
+}
+
+/// Each process with per-call TLS probes holds 8-12 perf event fds; a
+/// service manager's default soft limit (1024) would stop at ~100 processes.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::debug!("raising the fd limit: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
 }
 
 fn ready_line(reports: &[ProbeReport], max_connections: u32) -> String {
@@ -357,8 +376,19 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
         );
     }
     let d = &s.dropped;
+    let tls = s.tls.as_ref().map_or(String::new(), |t| {
+        format!(
+            "; TLS: {} sessions tied to connections, per-call probes on {} processes ({} fell back to socket timing, {} over the cap), {} attach errors, {} lost (maps full)",
+            s.tls_bound,
+            t.plaintext_attached_total,
+            t.plaintext_fell_back,
+            t.plaintext_over_cap,
+            t.attach_errors,
+            s.tls_insert_failed
+        )
+    });
     format!(
-        "summary: {} connections closed, {} open-connection snapshots, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {})",
+        "summary: {} connections closed, {} open-connection snapshots, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}){tls}",
         s.connections_closed,
         s.open_records,
         s.filtered,
