@@ -56,6 +56,8 @@ pub enum EventKind {
     TlsProcess = 5,
     /// The server name of a TLS connection ([`tls::TlsNameEvent`]).
     TlsName = 6,
+    /// A process's plaintext TLS call rate passed the limit ([`tls::TlsBusyEvent`]).
+    TlsBusy = 7,
 }
 
 impl EventKind {
@@ -67,6 +69,7 @@ impl EventKind {
             4 => Some(Self::Exit),
             5 => Some(Self::TlsProcess),
             6 => Some(Self::TlsName),
+            7 => Some(Self::TlsBusy),
             _ => None,
         }
     }

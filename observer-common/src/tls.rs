@@ -152,6 +152,27 @@ pub struct TlsCall {
 pub struct TlsProc {
     /// Plaintext calls made while the plaintext probes were attached to it.
     pub plaintext_calls: u64,
+    /// Start of the current rate window, and the calls in it.
+    pub window_start_ns: u64,
+    pub window_calls: u32,
+    pub _pad: u32,
+}
+
+/// Length of the in-kernel rate window for plaintext calls.
+pub const RATE_WINDOW_NS: u64 = 50_000_000;
+/// Global (u32): plaintext calls in one [`RATE_WINDOW_NS`] window above
+/// which the process is reported busy ([`TlsBusyEvent`]) so that userspace
+/// takes its per-call probes off at once (0: never).
+pub const BUSY_CALLS_GLOBAL: &str = "TLS_BUSY_CALLS";
+
+/// Record for [`crate::EventKind::TlsBusy`]: a process with per-call probes
+/// passed the call-rate limit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TlsBusyEvent {
+    pub hdr: crate::EventHeader,
+    pub pid: u32,
+    pub calls: u32,
 }
 
 /// Record for [`crate::EventKind::TlsProcess`]: a process began using TLS
@@ -180,4 +201,6 @@ const _: () = assert!(core::mem::size_of::<TlsConn>() == 112);
 const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 112 + SERVER_NAME_LEN + 8);
 const _: () = assert!(core::mem::size_of::<TlsCall>() == 40);
 const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<TlsProc>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsNameEvent>() == 32 + SERVER_NAME_LEN);

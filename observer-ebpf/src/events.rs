@@ -3,7 +3,7 @@
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 use observer_common::{
-    tls::{TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
+    tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
     CloseEvent, Conn, Counter, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
 };
 
@@ -148,4 +148,25 @@ pub fn sk_err(sk: u64) -> u32 {
 #[inline(always)]
 pub fn sk_srtt_us(sk: u64) -> u32 {
     sk_u32(sk, srtt_us_offset()) >> 3
+}
+
+/// A process's plaintext call rate passed the limit: wake the reader at once,
+/// each call costs that process a trap until its probes come off.
+#[inline(always)]
+pub fn emit_tls_busy(pid: u32, calls: u32, now: u64) {
+    match EVENTS.reserve::<TlsBusyEvent>(0) {
+        Some(mut entry) => {
+            let ev = entry.as_mut_ptr();
+            // SAFETY: `ev` points at a reserved record of the right size.
+            unsafe {
+                (*ev).hdr.kind = EventKind::TlsBusy as u32;
+                (*ev).hdr.size = core::mem::size_of::<TlsBusyEvent>() as u32;
+                (*ev).hdr.ts_ns = now;
+                (*ev).pid = pid;
+                (*ev).calls = calls;
+            }
+            entry.submit(BPF_RB_FORCE_WAKEUP);
+        }
+        None => count(Counter::RingFull),
+    }
 }

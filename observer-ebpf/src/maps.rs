@@ -100,3 +100,12 @@ pub static TLS_PROCS: LruHashMap<u32, TlsProc> = LruHashMap::with_max_entries(MA
 /// next to the rest of a probe's locals).
 #[map(name = "TLS_SCRATCH")]
 pub static TLS_SCRATCH: PerCpuArray<TlsSession> = PerCpuArray::with_max_entries(1, 0);
+
+/// Plaintext calls per rate window that make a process busy (0: never).
+#[no_mangle]
+static TLS_BUSY_CALLS: u32 = 0;
+
+#[inline(always)]
+pub fn busy_calls() -> u32 {
+    unsafe { core::ptr::read_volatile(&TLS_BUSY_CALLS) }
+}

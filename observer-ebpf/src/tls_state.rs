@@ -9,16 +9,19 @@ use aya_ebpf::helpers::{
 };
 use observer_common::{
     tls::{
-        op, TlsCall, TlsProc, TlsSession, TlsSessionKey, BIND_WINDOW_NS, SERVER_NAME_LEN,
-        TLS_HS_DONE, TLS_HS_STARTED, TLS_LAST_READ, TLS_LAST_WRITE, TLS_MIDSTREAM, TLS_PLAINTEXT,
+        op, TlsCall, TlsProc, TlsSession, TlsSessionKey, BIND_WINDOW_NS, RATE_WINDOW_NS,
+        SERVER_NAME_LEN, TLS_HS_DONE, TLS_HS_STARTED, TLS_LAST_READ, TLS_LAST_WRITE, TLS_MIDSTREAM,
+        TLS_PLAINTEXT,
     },
     Conn, Counter, TlsConn, FLAG_TLS,
 };
 
 use crate::{
     ctx::now_ns,
-    events::{emit_tls_name, emit_tls_process},
-    maps::{count, own_tgid, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH, TLS_SESSIONS},
+    events::{emit_tls_busy, emit_tls_name, emit_tls_process},
+    maps::{
+        busy_calls, count, own_tgid, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH, TLS_SESSIONS,
+    },
 };
 
 #[inline(always)]
@@ -120,6 +123,22 @@ pub fn session_end(ssl: u64) -> Option<()> {
     Some(())
 }
 
+/// Counts a plaintext call; the call that passes the window's limit reports
+/// the process busy (once per window).
+#[inline(always)]
+fn count_call(p: &mut TlsProc, tgid: u32, now: u64) {
+    p.plaintext_calls += 1;
+    if now.saturating_sub(p.window_start_ns) > RATE_WINDOW_NS {
+        p.window_start_ns = now;
+        p.window_calls = 0;
+    }
+    p.window_calls += 1;
+    let limit = busy_calls();
+    if limit != 0 && p.window_calls == limit {
+        emit_tls_busy(tgid, p.window_calls, now);
+    }
+}
+
 /// Entry of a handshake, read or write call. `count_ptr`: where an `_ex`
 /// call stores its byte count (0: the call returns it).
 #[inline(always)]
@@ -150,7 +169,7 @@ pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64) -> Optio
         }
         if operation != op::HANDSHAKE {
             if let Some(p) = TLS_PROCS.get_ptr_mut(&tgid) {
-                (*p).plaintext_calls += 1;
+                count_call(&mut *p, tgid, now);
             }
         }
         let call = TlsCall {

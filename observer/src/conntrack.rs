@@ -130,7 +130,7 @@ impl ConnTable {
                 None
             }
             // For the TLS probe manager, not for the table.
-            Event::TlsProcess { .. } => None,
+            Event::TlsProcess { .. } | Event::TlsBusy { .. } => None,
             Event::Exec { pid, filename } => {
                 self.procs.exec(pid, &comm_str_n(&filename));
                 None

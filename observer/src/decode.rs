@@ -1,7 +1,7 @@
 //! The one place that turns ring-buffer bytes into typed events.
 
 use observer_common::{
-    tls::{TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
+    tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
     CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, TlsConn,
     EXEC_PATH_LEN,
 };
@@ -30,6 +30,8 @@ pub enum Event {
     Exit { pid: u32 },
     /// Process `pid` began using TLS through `library`.
     TlsProcess { pid: u32, library: u8 },
+    /// Process `pid` made `calls` plaintext TLS calls in one kernel rate window.
+    TlsBusy { pid: u32, calls: u32 },
     /// The server name of the TLS connection on `sk`.
     TlsName {
         sk: u64,
@@ -106,6 +108,13 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             Ok(Event::TlsProcess {
                 pid: ev.pid,
                 library: ev.library as u8,
+            })
+        }
+        EventKind::TlsBusy => {
+            let ev: TlsBusyEvent = read(bytes, hdr.kind)?;
+            Ok(Event::TlsBusy {
+                pid: ev.pid,
+                calls: ev.calls,
             })
         }
         EventKind::TlsName => {
@@ -202,6 +211,15 @@ mod tests {
                 name
             }),
             "a length past the buffer is clamped"
+        );
+        let b = TlsBusyEvent {
+            hdr: hdr(EventKind::TlsBusy, std::mem::size_of::<TlsBusyEvent>()),
+            pid: 5,
+            calls: 100,
+        };
+        assert_eq!(
+            decode(as_bytes(&b)),
+            Ok(Event::TlsBusy { pid: 5, calls: 100 })
         );
         let p = ProcessEvent {
             hdr: hdr(EventKind::Exit, 24),

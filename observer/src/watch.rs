@@ -42,6 +42,11 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     let opts = LoadOptions {
         max_connections: args.max_connections,
         ring_bytes: args.ring_bytes,
+        // Only per-process probes can come off a busy process.
+        tls_busy_rate: match args.tls_plaintext_probes {
+            tls::Policy::Auto => args.tls_plaintext_max_rate,
+            tls::Policy::Off | tls::Policy::All => 0,
+        },
     };
     if !crate::privileges::Privileges::current().sufficient() {
         return Err(ebpf::LoadError::NotPrivileged.into());
@@ -312,6 +317,7 @@ async fn correlate(
                 for ev in batch {
                     let cmd = match ev {
                         Event::TlsProcess { pid, .. } => Some(tls::Command::TlsProcess(pid)),
+                        Event::TlsBusy { pid, calls } => Some(tls::Command::Busy(pid, calls)),
                         Event::Exec { pid, .. } => Some(tls::Command::Exec(pid)),
                         Event::Exit { pid } => Some(tls::Command::Exit(pid)),
                         _ => None,

@@ -9,9 +9,10 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use observer_common::{
-    tls::TLS_CONNS_MAP, tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP,
-    OWN_TGID_GLOBAL, SK_ERR_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    tls::{BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
+    tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_RING_BYTES, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL, SK_ERR_OFFSET_GLOBAL,
+    SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
 use super::probes::{Hook, ProbeReport, ProbeSpec, ProbeStatus, PROBES};
@@ -25,6 +26,9 @@ pub struct LoadOptions {
     pub max_connections: u32,
     /// Ring buffer bytes (power of two, multiple of the page size).
     pub ring_bytes: u32,
+    /// Plaintext TLS calls per second above which a process is reported busy
+    /// by the kernel (0: never).
+    pub tls_busy_rate: u64,
 }
 
 impl Default for LoadOptions {
@@ -32,6 +36,7 @@ impl Default for LoadOptions {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             ring_bytes: DEFAULT_RING_BYTES,
+            tls_busy_rate: 0,
         }
     }
 }
@@ -81,6 +86,11 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
     // ~13 ms, well inside the ring even if the poll timer is late.
     let wakeup = u64::from(opts.ring_bytes / 8);
+    // Calls per kernel rate window (50 ms) that make a process busy.
+    let busy_calls = match opts.tls_busy_rate {
+        0 => 0u32,
+        rate => u32::try_from((rate * RATE_WINDOW_NS / 1_000_000_000).max(1)).unwrap_or(u32::MAX),
+    };
     let ebpf = EbpfLoader::new()
         // Our programs carry no CO-RE relocations (offsets come from our own
         // BTF reader), so aya needs no kernel BTF kept around.
@@ -90,6 +100,7 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
         .override_global(SK_ERR_OFFSET_GLOBAL, &sk_err, true)
         .override_global(SRTT_US_OFFSET_GLOBAL, &srtt, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
+        .override_global(BUSY_CALLS_GLOBAL, &busy_calls, true)
         .map_max_entries(CONNS_MAP, opts.max_connections)
         .map_max_entries(EVENTS_MAP, opts.ring_bytes)
         .load(OBJECT)?;

@@ -53,6 +53,8 @@ const LIB_DIRS: &[&str] = &[
 pub enum Command {
     /// The process began using TLS.
     TlsProcess(u32),
+    /// The kernel saw the process pass the plaintext call-rate limit.
+    Busy(u32, u32),
     Exec(u32),
     Exit(u32),
     Stop,
@@ -338,6 +340,14 @@ impl TlsProbes {
                     .extend(EXEC_SCANS.iter().map(|d| (now + *d, pid)));
             }
             Command::Exit(pid) => self.forget(ebpf, pid),
+            Command::Busy(pid, calls) => {
+                if self.procs.contains_key(&pid) {
+                    tracing::info!(
+                        "TLS: pid {pid} made {calls} plaintext calls within 50 ms; its TLS times come from the socket now"
+                    );
+                    self.fall_back(ebpf, pid);
+                }
+            }
             Command::Stop => {}
         }
     }
@@ -432,6 +442,13 @@ impl TlsProbes {
         self.report.plaintext_processes = self.procs.len();
     }
 
+    /// A busy process keeps no per-call probes (until it execs or exits).
+    fn fall_back(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        self.detach_process(ebpf, pid);
+        self.high_rate.insert(pid);
+        self.report.plaintext_fell_back += 1;
+    }
+
     /// Takes the process's probes off (closing its perf events).
     fn detach_process(&mut self, _ebpf: &mut Ebpf, pid: u32) {
         if self.procs.remove(&pid).is_some() {
@@ -483,9 +500,7 @@ impl TlsProbes {
                 tracing::info!(
                     "TLS: pid {pid} makes {rate:.0} plaintext calls/s; its TLS times come from the socket now"
                 );
-                self.detach_process(ebpf, pid);
-                self.high_rate.insert(pid);
-                self.report.plaintext_fell_back += 1;
+                self.fall_back(ebpf, pid);
             }
         }
         if now.duration_since(self.last_full_scan) >= FULL_SCAN {
