@@ -1,10 +1,10 @@
 //! Records sent to userspace through the ring buffer. A failed reservation is
 //! counted, never silent.
 
-use aya_ebpf::helpers::bpf_probe_read_kernel;
+use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::ring_buf::RingBufEntry};
 use observer_common::{
     tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
-    CloseEvent, Conn, Counter, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
+    CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
 };
 
 use crate::maps::{count, sk_err_offset, srtt_us_offset, wakeup_bytes, CONNS, EVENTS, TLS_CONNS};
@@ -25,54 +25,62 @@ pub fn submit_flags() -> u64 {
     }
 }
 
+/// Reserves a record of type `T` (whose first field is its [`EventHeader`])
+/// with the header filled in. A full ring is counted and gives None.
+#[inline(always)]
+pub fn reserve<T: 'static>(kind: EventKind, now: u64) -> Option<RingBufEntry<T>> {
+    let Some(mut entry) = EVENTS.reserve::<T>(0) else {
+        count(Counter::RingFull);
+        return None;
+    };
+    let hdr = entry.as_mut_ptr().cast::<EventHeader>();
+    // SAFETY: every record type starts with its header (repr(C)), and the
+    // reservation is the size of `T`.
+    unsafe {
+        (*hdr).kind = kind as u32;
+        (*hdr).size = core::mem::size_of::<T>() as u32;
+        (*hdr).ts_ns = now;
+    }
+    Some(entry)
+}
+
 /// Tells userspace who owns `sk` so it can resolve the executable while the
 /// process still exists.
 #[inline(always)]
 pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
-    match EVENTS.reserve::<OwnerEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size.
-            unsafe {
-                (*ev).hdr.kind = EventKind::Owner as u32;
-                (*ev).hdr.size = core::mem::size_of::<OwnerEvent>() as u32;
-                (*ev).hdr.ts_ns = now;
-                (*ev).sk = sk;
-                (*ev).pid = conn.pid;
-                (*ev).tid = conn.tid;
-                (*ev).comm = conn.comm;
-                (*ev).direction = conn.direction;
-                (*ev)._pad = [0; 7];
-            }
-            entry.submit(submit_flags());
-        }
-        None => count(Counter::RingFull),
+    let Some(mut entry) = reserve::<OwnerEvent>(EventKind::Owner, now) else {
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size.
+    unsafe {
+        (*ev).sk = sk;
+        (*ev).pid = conn.pid;
+        (*ev).tid = conn.tid;
+        (*ev).comm = conn.comm;
+        (*ev).direction = conn.direction;
+        (*ev)._pad = [0; 7];
     }
+    entry.submit(submit_flags());
 }
 
 /// Sends the final record of `sk` and forgets it.
 #[inline(always)]
 pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
-    match EVENTS.reserve::<CloseEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size;
-            // `conn` at a live map value.
-            unsafe {
-                (*ev).hdr.kind = EventKind::Close as u32;
-                (*ev).hdr.size = core::mem::size_of::<CloseEvent>() as u32;
-                (*ev).hdr.ts_ns = now;
-                (*ev).conn = *conn;
-                (*ev).tls = TlsConn::default();
-                if (*conn).flags & FLAG_TLS != 0 {
-                    if let Some(tls) = TLS_CONNS.get_ptr(&sk) {
-                        (*ev).tls = *tls;
-                    }
+    if let Some(mut entry) = reserve::<CloseEvent>(EventKind::Close, now) {
+        let ev = entry.as_mut_ptr();
+        // SAFETY: `ev` points at a reserved record of the right size; `conn`
+        // at a live map value.
+        unsafe {
+            (*ev).conn = *conn;
+            (*ev).tls = TlsConn::default();
+            if (*conn).flags & FLAG_TLS != 0 {
+                if let Some(tls) = TLS_CONNS.get_ptr(&sk) {
+                    (*ev).tls = *tls;
                 }
             }
-            entry.submit(submit_flags());
         }
-        None => count(Counter::RingFull),
+        entry.submit(submit_flags());
     }
     count(Counter::Closed);
     // SAFETY: `conn` still points at the live map value.
@@ -86,43 +94,33 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
 /// per-process probes it may attach should be in before the first request.
 #[inline(always)]
 pub fn emit_tls_process(pid: u32, library: u8, now: u64) {
-    match EVENTS.reserve::<TlsProcessEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size.
-            unsafe {
-                (*ev).hdr.kind = EventKind::TlsProcess as u32;
-                (*ev).hdr.size = core::mem::size_of::<TlsProcessEvent>() as u32;
-                (*ev).hdr.ts_ns = now;
-                (*ev).pid = pid;
-                (*ev).library = u32::from(library);
-            }
-            entry.submit(BPF_RB_FORCE_WAKEUP);
-        }
-        None => count(Counter::RingFull),
+    let Some(mut entry) = reserve::<TlsProcessEvent>(EventKind::TlsProcess, now) else {
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size.
+    unsafe {
+        (*ev).pid = pid;
+        (*ev).library = u32::from(library);
     }
+    entry.submit(BPF_RB_FORCE_WAKEUP);
 }
 
 /// Sends the server name of the TLS session on `sk`.
 #[inline(always)]
 pub fn emit_tls_name(sk: u64, name: &[u8; SERVER_NAME_LEN], len: u32, now: u64) {
-    match EVENTS.reserve::<TlsNameEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size.
-            unsafe {
-                (*ev).hdr.kind = EventKind::TlsName as u32;
-                (*ev).hdr.size = core::mem::size_of::<TlsNameEvent>() as u32;
-                (*ev).hdr.ts_ns = now;
-                (*ev).sk = sk;
-                (*ev).len = len;
-                (*ev)._pad = 0;
-                (*ev).name = *name;
-            }
-            entry.submit(submit_flags());
-        }
-        None => count(Counter::RingFull),
+    let Some(mut entry) = reserve::<TlsNameEvent>(EventKind::TlsName, now) else {
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size.
+    unsafe {
+        (*ev).sk = sk;
+        (*ev).len = len;
+        (*ev)._pad = 0;
+        (*ev).name = *name;
     }
+    entry.submit(submit_flags());
 }
 
 /// Reads a 32-bit field of the socket at `off` (0: offset unknown -> 0).
@@ -154,19 +152,14 @@ pub fn sk_srtt_us(sk: u64) -> u32 {
 /// each call costs that process a trap until its probes come off.
 #[inline(always)]
 pub fn emit_tls_busy(pid: u32, calls: u32, now: u64) {
-    match EVENTS.reserve::<TlsBusyEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size.
-            unsafe {
-                (*ev).hdr.kind = EventKind::TlsBusy as u32;
-                (*ev).hdr.size = core::mem::size_of::<TlsBusyEvent>() as u32;
-                (*ev).hdr.ts_ns = now;
-                (*ev).pid = pid;
-                (*ev).calls = calls;
-            }
-            entry.submit(BPF_RB_FORCE_WAKEUP);
-        }
-        None => count(Counter::RingFull),
+    let Some(mut entry) = reserve::<TlsBusyEvent>(EventKind::TlsBusy, now) else {
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size.
+    unsafe {
+        (*ev).pid = pid;
+        (*ev).calls = calls;
     }
+    entry.submit(BPF_RB_FORCE_WAKEUP);
 }

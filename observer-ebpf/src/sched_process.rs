@@ -13,15 +13,13 @@ use observer_common::{tracepoints::sched_process_exec as f, EventKind, ExecEvent
 
 use crate::{
     ctx::{field, now_ns},
-    events::submit_flags,
-    maps::{count, EVENTS},
+    events::{reserve, submit_flags},
 };
 
 /// Format: filename (__data_loc char[]), pid, old_pid.
 #[tracepoint]
 pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
-    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
-        count(observer_common::Counter::RingFull);
+    let Some(mut entry) = reserve::<ExecEvent>(EventKind::Exec, now_ns()) else {
         return 0;
     };
     let ev = entry.as_mut_ptr();
@@ -32,9 +30,6 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     // SAFETY: `ev` points at a reserved record of the right size; the string
     // read is bounded by the destination and tolerates a bad source.
     unsafe {
-        (*ev).hdr.kind = EventKind::Exec as u32;
-        (*ev).hdr.size = core::mem::size_of::<ExecEvent>() as u32;
-        (*ev).hdr.ts_ns = now_ns();
         (*ev).pid = (bpf_get_current_pid_tgid() >> 32) as u32;
         (*ev)._pad = 0;
         if bpf_probe_read_kernel_str_bytes(src, &mut (*ev).filename).is_err() {
@@ -53,20 +48,14 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     if pid_tgid >> 32 != pid_tgid & 0xffff_ffff {
         return 0;
     }
-    match EVENTS.reserve::<ProcessEvent>(0) {
-        Some(mut entry) => {
-            let ev = entry.as_mut_ptr();
-            // SAFETY: `ev` points at a reserved record of the right size.
-            unsafe {
-                (*ev).hdr.kind = EventKind::Exit as u32;
-                (*ev).hdr.size = core::mem::size_of::<ProcessEvent>() as u32;
-                (*ev).hdr.ts_ns = now_ns();
-                (*ev).pid = (pid_tgid >> 32) as u32;
-                (*ev)._pad = 0;
-            }
-            entry.submit(submit_flags());
+    if let Some(mut entry) = reserve::<ProcessEvent>(EventKind::Exit, now_ns()) {
+        let ev = entry.as_mut_ptr();
+        // SAFETY: `ev` points at a reserved record of the right size.
+        unsafe {
+            (*ev).pid = (pid_tgid >> 32) as u32;
+            (*ev)._pad = 0;
         }
-        None => count(observer_common::Counter::RingFull),
+        entry.submit(submit_flags());
     }
     0
 }

@@ -300,8 +300,11 @@ pub fn set_server_name(ssl: u64, name: u64, library: u8) -> Option<()> {
             Ok(s) => s.len() as u32,
             Err(_) => return None,
         };
+        // Some clients set the name again on every retry (wrk: 3 times per
+        // connection); once the connection has it, say it once.
+        let sent = (*session).name_len != 0 && (*session).sk != 0;
         (*session).name_len = len;
-        if (*session).sk != 0 {
+        if (*session).sk != 0 && !sent {
             emit_tls_name((*session).sk, &(*session).name, len, now_ns());
         }
     }

@@ -23,6 +23,10 @@ pub enum Command {
     Watch(WatchArgs),
     /// Check the kernel, privileges and every probe; say what is lost without each.
     Doctor(DoctorArgs),
+    /// The daemon: probes and correlation as `watch`, records exported as
+    /// OpenTelemetry traces and metrics (OTLP, configured by the standard
+    /// OTEL_EXPORTER_OTLP_* variables) and a Prometheus endpoint.
+    Run(RunArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -74,6 +78,35 @@ pub struct WatchArgs {
     /// Processes with per-call TLS probes at once (auto policy).
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub tls_plaintext_max_processes: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub watch: WatchArgs,
+    /// Config file, TOML or YAML (by extension: .yaml/.yml, else TOML).
+    /// Precedence: defaults < file < environment < flags.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Prometheus endpoint address, or `none` (default 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_listen: Option<String>,
+    /// Share of ordinary connections exported as traces (0 to 1; default 1).
+    /// Failed and slow connections are always exported; metrics see all.
+    #[arg(long, value_name = "RATIO")]
+    pub sample_ratio: Option<f64>,
+    /// Connections at least this long are always exported (seconds; default 1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds_or_zero)]
+    pub slow_threshold: Option<Duration>,
+    /// `service.name` of every process's resource (default: the executable's name).
+    #[arg(long, value_name = "NAME")]
+    pub service_name: Option<String>,
+    /// Series per metric before values go to an overflow series (default 2000).
+    #[arg(long, value_name = "N")]
+    pub max_series: Option<usize>,
+    /// Also print records on stdout, as `watch` does.
+    #[arg(long)]
+    pub print: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -119,7 +119,14 @@ impl ConnTable {
                     State::Closed,
                 );
                 let name = live.and_then(|l| l.server_name);
-                r.tls = TlsRecord::new(&tls, &conn, r.direction, State::Closed, name);
+                r.tls = TlsRecord::new(
+                    &tls,
+                    &conn,
+                    r.direction,
+                    State::Closed,
+                    name,
+                    Some(&self.clock),
+                );
                 Some(r)
             }
             Event::TlsName { sk, len, name } => {
@@ -215,7 +222,14 @@ fn snapshot(
     let mut r = ConnRecord::new(conn, Some(&live.owner), clock, state);
     if conn.flags & FLAG_TLS != 0 {
         if let Some(tls) = kernel.lookup_tls(conn.sk) {
-            r.tls = TlsRecord::new(&tls, conn, r.direction, state, live.server_name.clone());
+            r.tls = TlsRecord::new(
+                &tls,
+                conn,
+                r.direction,
+                state,
+                live.server_name.clone(),
+                Some(clock),
+            );
         }
     }
     r

@@ -9,6 +9,7 @@ pub mod conntrack;
 pub mod decode;
 pub mod doctor;
 pub mod ebpf;
+pub mod export;
 pub mod filter;
 pub mod output;
 pub mod privileges;

@@ -6,31 +6,40 @@ use std::process::ExitCode;
 use clap::Parser;
 use observer::{
     cli::{Cli, Command},
-    doctor, watch,
+    doctor,
+    export::config,
+    watch,
 };
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     match cli.command {
-        Command::Watch(args) => {
-            let json = args.json;
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("observer")
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return fail(&anyhow::Error::from(e).context("starting the runtime")),
+        Command::Watch(args) => run_pipeline(args, None),
+        Command::Run(args) => {
+            let file = match &args.config {
+                Some(path) => match config::read_file(path) {
+                    Ok(f) => f,
+                    Err(e) => return usage(&e),
+                },
+                None => config::FileConfig::default(),
             };
-            match rt.block_on(watch::run(args)) {
-                Ok(summary) => {
-                    eprintln!("{}", watch::summary_line(&summary, json));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&e),
-            }
+            let flags = config::Flags {
+                prometheus_listen: args.prometheus_listen.clone(),
+                sample_ratio: args.sample_ratio,
+                slow_threshold: args.slow_threshold,
+                service_name: args.service_name.clone(),
+                max_series: args.max_series,
+            };
+            let settings = match config::resolve(&file, &|k| std::env::var(k).ok(), &flags) {
+                Ok(s) => s,
+                Err(e) => return usage(&e),
+            };
+            let setup = watch::ExportSetup {
+                settings,
+                print: args.print,
+            };
+            run_pipeline(args.watch, Some(setup))
         }
         Command::Doctor(args) => {
             let report = doctor::run();
@@ -49,6 +58,32 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn run_pipeline(args: observer::cli::WatchArgs, export: Option<watch::ExportSetup>) -> ExitCode {
+    let json = args.json;
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("observer")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&anyhow::Error::from(e).context("starting the runtime")),
+    };
+    match rt.block_on(watch::run(args, export)) {
+        Ok(summary) => {
+            eprintln!("{}", watch::summary_line(&summary, json));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// A bad setting: exit 2, like a bad flag.
+fn usage(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("observer: {e}");
+    ExitCode::from(2)
 }
 
 fn fail(e: &anyhow::Error) -> ExitCode {

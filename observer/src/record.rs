@@ -84,6 +84,12 @@ pub struct ConnRecord {
     pub error: Option<&'static str>,
     /// TLS phases (null when no TLS library call was seen on the connection).
     pub tls: Option<crate::tls::TlsRecord>,
+    /// Wall-clock times of the first byte each way, for the exporters' spans
+    /// (the JSON carries the durations).
+    #[serde(skip)]
+    pub first_tx_unix_ns: Option<u64>,
+    #[serde(skip)]
+    pub first_rx_unix_ns: Option<u64>,
 }
 
 /// The kernel's thread name: bytes up to the first NUL.
@@ -216,6 +222,8 @@ impl ConnRecord {
             srtt_us: (conn.srtt_us != 0).then_some(conn.srtt_us),
             error: error_of(conn, state),
             tls: None,
+            first_tx_unix_ns: (conn.first_tx_ns != 0).then(|| clock.to_unix_ns(conn.first_tx_ns)),
+            first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),
         }
     }
 }

@@ -22,6 +22,8 @@ pub struct Stats {
     pub filtered: AtomicU64,
     /// Process events the TLS probe manager could not take (queue full).
     pub tls_commands_full: AtomicU64,
+    /// Records the OTLP exporter's queue could not take.
+    pub export_full: AtomicU64,
 }
 
 impl Stats {
@@ -61,6 +63,8 @@ pub struct Summary {
     pub tls_commands_dropped: u64,
     /// TLS libraries found and probes attached.
     pub tls: Option<crate::tls::TlsReport>,
+    /// `observer run`: what the OTLP exporter did.
+    pub export: Option<ExportSummary>,
     /// Per-program run counts, run time and misses.
     pub programs: Vec<crate::ebpf::prog_stats::ProgStats>,
 }
@@ -90,5 +94,32 @@ impl Dropped {
             + self.evicted
             + self.channel
             + self.output
+    }
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ExportSummary {
+    pub spans_sent: u64,
+    /// Records not exported as traces by the sampling ratio.
+    pub records_sampled_out: u64,
+    /// Records given up after retries (the collector was away).
+    pub records_dropped: u64,
+    /// Records the exporter's queue could not take.
+    pub queue_full: u64,
+    pub export_errors: u64,
+    pub metric_exports: u64,
+}
+
+impl ExportSummary {
+    pub fn from_stats(s: &crate::export::otlp::ExportStats, queue_full: u64) -> Self {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Self {
+            spans_sent: g(&s.spans_sent),
+            records_sampled_out: g(&s.records_sampled_out),
+            records_dropped: g(&s.records_dropped),
+            queue_full,
+            export_errors: g(&s.export_errors),
+            metric_exports: g(&s.metric_exports),
+        }
     }
 }

@@ -4,7 +4,12 @@
 //! correlator (ConnTable; snapshots) -> output thread (stdout). Stages are
 //! joined by bounded channels; what a full channel refuses is counted.
 
-use std::{io::Write, path::Path, sync::Arc, time::Duration};
+use std::{
+    io::Write,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
@@ -21,11 +26,18 @@ use crate::{
     conntrack::ConnTable,
     decode::{decode, Event},
     ebpf::{self, KernelConnMap, LoadOptions, ProbeReport},
+    export::{
+        attrs,
+        config::RunSettings,
+        metrics::Metrics,
+        otlp::{ExportStats, Exporter, Sampling},
+        prometheus,
+    },
     filter::Filter,
     output::{self, Format},
     process::ProcessCache,
     record::{ConnRecord, State},
-    stats::{Dropped, Stats, Summary},
+    stats::{Dropped, ExportSummary, Stats, Summary},
     tls::{self, TlsProbes},
     tracefs,
 };
@@ -38,7 +50,17 @@ const OUTPUT_CHANNEL: usize = 65_536;
 /// Process events waiting for the TLS probe manager.
 const TLS_COMMANDS: usize = 4096;
 
-pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
+/// What `observer run` adds to `watch`: exporters.
+pub struct ExportSetup {
+    pub settings: RunSettings,
+    /// Also print records on stdout.
+    pub print: bool,
+}
+
+/// Records waiting for the OTLP exporter.
+const EXPORT_QUEUE: usize = 8192;
+
+pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result<Summary> {
     let opts = LoadOptions {
         max_connections: args.max_connections,
         ring_bytes: args.ring_bytes,
@@ -79,23 +101,52 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
     let conns = KernelConnMap::take(&mut bpf).context("no CONNS map")?;
+    let counters = Arc::new(ebpf::KernelCounters::take(&mut bpf));
+    let probes_attached = reports.iter().filter(|r| r.attached()).count() as u64
+        + tls
+            .report
+            .files
+            .iter()
+            .map(|f| f.probes as u64)
+            .sum::<u64>();
 
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ev_tx, ev_rx) = mpsc::channel::<Vec<Event>>(EVENT_CHANNEL_BATCHES);
     // tokio's bounded channel allocates as it fills (std's sync_channel would
     // reserve all OUTPUT_CHANNEL records, about 20 MiB, up front).
-    let (out_tx, out_rx) = mpsc::channel::<ConnRecord>(OUTPUT_CHANNEL);
     let format = if args.json {
         Format::Json
     } else {
         Format::Text
     };
-
-    let output = std::thread::Builder::new()
-        .name("output".into())
-        .spawn(move || write_output(out_rx, format))
-        .context("starting the output thread")?;
+    let print = export.as_ref().is_none_or(|e| e.print);
+    let (out_tx, output) = if print {
+        let (tx, rx) = mpsc::channel::<ConnRecord>(OUTPUT_CHANNEL);
+        let thread = std::thread::Builder::new()
+            .name("output".into())
+            .spawn(move || write_output(rx, format))
+            .context("starting the output thread")?;
+        (Some(tx), Some(thread))
+    } else {
+        (None, None)
+    };
+    let mut sinks = Sinks {
+        out: out_tx,
+        export: None,
+        metrics: None,
+    };
+    let mut exporter = None;
+    let mut export_stats = None;
+    let mut prometheus = None;
+    if let Some(e) = export {
+        let (setup, task, stats, prom) = start_export(e, probes_attached).await?;
+        sinks.export = setup.0;
+        sinks.metrics = Some(setup.1);
+        exporter = task;
+        export_stats = Some(stats);
+        prometheus = prom;
+    }
     let ready = format!(
         "{}; {}",
         ready_line(&reports, opts.max_connections),
@@ -111,12 +162,13 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
     let reader = tokio::spawn(read_ring(ring, ev_tx, stop_rx, Arc::clone(&stats)));
     let correlator = tokio::spawn(correlate(
         ev_rx,
-        out_tx,
+        sinks,
         conns,
         tls_tx.clone(),
         Filter::from_args(&args),
         args.update_interval,
         Arc::clone(&stats),
+        Arc::clone(&counters),
     ));
 
     eprintln!("{ready}");
@@ -133,13 +185,24 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
 
     reader.await.context("reader task")??;
     let end = correlator.await.context("correlator task")?;
-    if let Err(e) = output.join().unwrap_or(Ok(())) {
-        // A closed stdout (e.g. `| head`) is not an error of ours.
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            tracing::warn!("writing output: {e}");
+    // The correlator dropped the exporter's queue: it flushes and ends.
+    if let Some(task) = exporter {
+        if tokio::time::timeout(EXPORT_FLUSH, task).await.is_err() {
+            tracing::warn!("OTLP: the last export did not finish within {EXPORT_FLUSH:?}");
         }
     }
-    let kernel = ebpf::read_counters(&bpf);
+    if let Some(p) = prometheus {
+        p.abort();
+    }
+    if let Some(output) = output {
+        if let Err(e) = output.join().unwrap_or(Ok(())) {
+            // A closed stdout (e.g. `| head`) is not an error of ours.
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                tracing::warn!("writing output: {e}");
+            }
+        }
+    }
+    let kernel = counters.read();
     let k = |c: Counter| kernel.iter().find(|(x, _)| *x == c).map_or(0, |(_, v)| *v);
     // Dropping `bpf` closes the maps; had anything failed above, the drop would
     // still detach every program (all links are fd-based).
@@ -168,6 +231,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<Summary> {
         tls_insert_failed: k(Counter::TlsInsertFailed),
         tls_commands_dropped: Stats::get(&stats.tls_commands_full),
         tls: Some(tls_report),
+        export: export_stats.map(|e| ExportSummary::from_stats(&e, Stats::get(&stats.export_full))),
         programs: prog_stats,
     })
 }
@@ -284,14 +348,26 @@ struct CorrelatorEnd {
     kernel_tracked: u64,
 }
 
+/// Where finished records go.
+struct Sinks {
+    /// The output thread (watch, or run --print).
+    out: Option<mpsc::Sender<ConnRecord>>,
+    /// The OTLP exporter's queue.
+    export: Option<mpsc::Sender<ConnRecord>>,
+    /// Histograms and counters (Prometheus, OTLP metrics).
+    metrics: Option<Arc<Mutex<Metrics>>>,
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn correlate(
     mut rx: mpsc::Receiver<Vec<Event>>,
-    out: mpsc::Sender<ConnRecord>,
+    sinks: Sinks,
     conns: KernelConnMap,
     tls_tx: std::sync::mpsc::SyncSender<tls::Command>,
     filter: Filter,
     update_interval: Duration,
     stats: Arc<Stats>,
+    counters: Arc<ebpf::KernelCounters>,
 ) -> CorrelatorEnd {
     let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -305,9 +381,23 @@ async fn correlate(
             State::Closed => &stats.closed,
             State::Open => &stats.open,
         };
-        match out.try_send(r) {
-            Ok(()) => Stats::add(counter, 1),
-            Err(_) => Stats::add(&stats.output_full, 1),
+        Stats::add(counter, 1);
+        if r.state == State::Closed {
+            if let Some(m) = &sinks.metrics {
+                if let Ok(mut m) = m.lock() {
+                    m.record(&r);
+                }
+            }
+            if let Some(tx) = &sinks.export {
+                if tx.try_send(r.clone()).is_err() {
+                    Stats::add(&stats.export_full, 1);
+                }
+            }
+        }
+        if let Some(out) = &sinks.out {
+            if out.try_send(r).is_err() {
+                Stats::add(&stats.output_full, 1);
+            }
         }
     };
     loop {
@@ -334,6 +424,9 @@ async fn correlate(
             }
             _ = tick.tick() => {
                 table.set_clock(Clock::sample());
+                if let Some(m) = &sinks.metrics {
+                    health(m, &stats, &counters);
+                }
                 if !update_interval.is_zero() {
                     let interval = update_interval.as_nanos() as u64;
                     for r in table.periodic(&conns, monotonic_ns(), interval) {
@@ -350,6 +443,84 @@ async fn correlate(
         evicted: table.evicted,
         proc_unreadable: table.proc_unreadable(),
         kernel_tracked: conns.conns.keys().count() as u64,
+    }
+}
+
+/// How long the exporter may take for its last export at stop.
+const EXPORT_FLUSH: Duration = Duration::from_secs(10);
+
+type ExportParts = (
+    (Option<mpsc::Sender<ConnRecord>>, Arc<Mutex<Metrics>>),
+    Option<tokio::task::JoinHandle<()>>,
+    Arc<ExportStats>,
+    Option<tokio::task::JoinHandle<()>>,
+);
+
+/// Metrics, the Prometheus endpoint (bound before `ready`, so a taken port is
+/// an error at once) and the OTLP exporter task.
+async fn start_export(e: ExportSetup, probes_attached: u64) -> anyhow::Result<ExportParts> {
+    let s = e.settings;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let metrics = Arc::new(Mutex::new(Metrics::new(s.max_series, now)));
+    if let Ok(mut m) = metrics.lock() {
+        m.set_gauge(crate::export::metrics::PROBES, Vec::new(), probes_attached);
+    }
+    let prometheus = match s.prometheus_listen {
+        Some(addr) => {
+            let l = prometheus::bind(addr).await?;
+            Some(tokio::spawn(prometheus::serve(l, Arc::clone(&metrics))))
+        }
+        None => None,
+    };
+    let stats = Arc::new(ExportStats::default());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    let mut resource = vec![
+        attrs::s("service.name", "observer"),
+        attrs::s("host.name", host.clone()),
+    ];
+    for (k, v) in &s.resource {
+        resource.retain(|a| &a.key != k);
+        resource.push(attrs::s(k, v.clone()));
+    }
+    let (tx, task) = if s.otlp.traces.is_some() || s.otlp.metrics.is_some() {
+        let (tx, rx) = mpsc::channel::<ConnRecord>(EXPORT_QUEUE);
+        let exporter = Exporter {
+            config: s.otlp.clone(),
+            sampling: Sampling {
+                ratio: s.sample_ratio,
+                slow: s.slow_threshold,
+            },
+            host,
+            service_name: s.service_name.clone(),
+            resource,
+            metrics: Arc::clone(&metrics),
+            stats: Arc::clone(&stats),
+        };
+        (Some(tx), Some(tokio::spawn(exporter.run(rx))))
+    } else {
+        (None, None)
+    };
+    Ok(((tx, metrics), task, stats, prometheus))
+}
+
+/// The observer's own loss counters as `observer.events.dropped` by stage.
+fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &ebpf::KernelCounters) {
+    use crate::export::metrics::DROPPED;
+    let kernel = counters.get(Counter::RingFull) + counters.get(Counter::ConnInsertFailed);
+    let stages = [
+        ("kernel", kernel),
+        ("channel", Stats::get(&stats.channel_full)),
+        ("output", Stats::get(&stats.output_full)),
+        ("exporter", Stats::get(&stats.export_full)),
+    ];
+    if let Ok(mut m) = m.lock() {
+        for (stage, v) in stages {
+            m.set_counter(DROPPED, vec![("stage", stage.into())], v);
+        }
     }
 }
 

@@ -12,7 +12,10 @@ use std::{
     io::{BufRead, BufReader},
     path::PathBuf,
     process::{Child, Command, ExitStatus, Stdio},
-    sync::mpsc,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        mpsc,
+    },
     time::{Duration, Instant},
 };
 
@@ -233,4 +236,111 @@ pub fn own_comm() -> String {
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
+}
+
+/// A helper server process (tests/helpers) that prints "PORT <n>" once it
+/// listens; killed on drop.
+pub struct HelperServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl HelperServer {
+    pub fn spawn(cmd: &mut Command) -> HelperServer {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("PORT ")
+            .unwrap_or_else(|| panic!("{cmd:?} said {line:?}"))
+            .parse()
+            .unwrap();
+        HelperServer { child, port }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for HelperServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A self-signed P-256 certificate for tls.test and 127.0.0.1.
+pub struct Cert {
+    pub dir: PathBuf,
+}
+
+impl Cert {
+    pub fn new() -> Cert {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "observer-tls-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", "/CN=tls.test"])
+            .args(["-addext", "subjectAltName=DNS:tls.test,IP:127.0.0.1"])
+            .arg("-keyout")
+            .arg(dir.join("key.pem"))
+            .arg("-out")
+            .arg(dir.join("cert.pem"))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "openssl req failed");
+        Cert { dir }
+    }
+
+    pub fn cert(&self) -> PathBuf {
+        self.dir.join("cert.pem")
+    }
+
+    pub fn key(&self) -> PathBuf {
+        self.dir.join("key.pem")
+    }
+}
+
+impl Default for Cert {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Cert {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// helpers/tls_server.py; killed on drop.
+pub fn tls_server(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> HelperServer {
+    HelperServer::spawn(
+        Command::new("python3")
+            .arg(helper("tls_server.py"))
+            .arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key())
+            .args(["--mode", mode])
+            .args(["--handshake-delay-ms", &hs_ms.to_string()])
+            .args(["--answer-delay-ms", &answer_ms.to_string()]),
+    )
 }

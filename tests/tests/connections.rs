@@ -3,7 +3,7 @@
 #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -13,43 +13,13 @@ use serde_json::{json, Value};
 use tests::*;
 
 /// A helpers/server.py process; killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(host: &str, delay_ms: u32, response_bytes: usize) -> Server {
-        let mut child = Command::new("python3")
+fn start_server(host: &str, delay_ms: u32, response_bytes: usize) -> HelperServer {
+    HelperServer::spawn(
+        Command::new("python3")
             .arg(helper("server.py"))
             .args(["--host", host, "--delay-ms", &delay_ms.to_string()])
-            .args(["--response-bytes", &response_bytes.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("PORT ")
-            .unwrap_or_else(|| panic!("server said {line:?}"))
-            .parse()
-            .unwrap();
-        Server { child, port }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .args(["--response-bytes", &response_bytes.to_string()]),
+    )
 }
 
 /// Connects, waits `think`, sends `request`, reads to EOF. Returns (connect
@@ -84,7 +54,7 @@ fn client_and_server_records_carry_their_own_processes() {
     if !require_root("client_and_server_records") || !require_tool("client_and_server", "python3") {
         return;
     }
-    let server = Server::start("127.0.0.1", 0, 321);
+    let server = start_server("127.0.0.1", 0, 321);
     let watch = Watch::start(&["--port", &server.port.to_string()]);
     let addr: SocketAddr = format!("127.0.0.1:{}", server.port).parse().unwrap();
     // The pause after connect() keeps the connect phase apart from the request.
@@ -141,7 +111,7 @@ fn time_to_first_byte_matches_injected_delay_and_bytes_are_exact() {
     const DELAY_MS: u32 = 200;
     const RESPONSE: usize = 12_345;
     let request = vec![b'r'; 100];
-    let server = Server::start("127.0.0.1", DELAY_MS, RESPONSE);
+    let server = start_server("127.0.0.1", DELAY_MS, RESPONSE);
     let watch = Watch::start(&["--port", &server.port.to_string()]);
     let addr: SocketAddr = format!("127.0.0.1:{}", server.port).parse().unwrap();
     let (_, local, got) = exchange(addr, &request);
@@ -244,7 +214,7 @@ fn two_hundred_concurrent_connections_from_several_processes() {
     }
     const PROCS: usize = 4;
     const PER_PROC: usize = 50;
-    let server = Server::start("127.0.0.1", 20, 10);
+    let server = start_server("127.0.0.1", 20, 10);
     let watch = Watch::start(&["--port", &server.port.to_string()]);
     let clients: Vec<Child> = (0..PROCS)
         .map(|_| {
@@ -328,7 +298,7 @@ fn connect_and_first_byte_agree_with_curl() {
     if !require_root("curl") || !require_tool("curl", "curl") || !require_tool("curl", "python3") {
         return;
     }
-    let server = Server::start("127.0.0.1", 50, 2000);
+    let server = start_server("127.0.0.1", 50, 2000);
     let watch = Watch::start(&["--port", &server.port.to_string(), "--comm", "curl"]);
     let mut timings = Vec::new();
     for _ in 0..5 {
@@ -435,7 +405,7 @@ fn a_process_that_execs_is_reported_under_its_new_executable() {
     if !require_root("exec") || !require_tool("exec", "python3") || !require_tool("exec", "curl") {
         return;
     }
-    let server = Server::start("127.0.0.1", 0, 10);
+    let server = start_server("127.0.0.1", 0, 10);
     let watch = Watch::start(&[
         "--port",
         &server.port.to_string(),

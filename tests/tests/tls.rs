@@ -7,9 +7,7 @@
 
 use std::{
     io::{BufRead, BufReader},
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -37,97 +35,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A self-signed P-256 certificate for tls.test and 127.0.0.1.
-struct Cert {
-    dir: PathBuf,
-}
-
-impl Cert {
-    fn new() -> Cert {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "observer-tls-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ok = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-            ])
-            .args(["-nodes", "-days", "2", "-subj", "/CN=tls.test"])
-            .args(["-addext", "subjectAltName=DNS:tls.test,IP:127.0.0.1"])
-            .arg("-keyout")
-            .arg(dir.join("key.pem"))
-            .arg("-out")
-            .arg(dir.join("cert.pem"))
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(ok.success(), "openssl req failed");
-        Cert { dir }
-    }
-
-    fn cert(&self) -> PathBuf {
-        self.dir.join("cert.pem")
-    }
-
-    fn key(&self) -> PathBuf {
-        self.dir.join("key.pem")
-    }
-}
-
-impl Drop for Cert {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// helpers/tls_server.py; killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Server {
-        let mut child = Command::new("python3")
-            .arg(helper("tls_server.py"))
-            .arg("--cert")
-            .arg(cert.cert())
-            .arg("--key")
-            .arg(cert.key())
-            .args(["--mode", mode])
-            .args(["--handshake-delay-ms", &hs_ms.to_string()])
-            .args(["--answer-delay-ms", &answer_ms.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line.trim().strip_prefix("PORT ").unwrap().parse().unwrap();
-        Server { child, port }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
@@ -177,6 +84,32 @@ fn only<'a>(w: &'a Watched, field: &str, value: &Value) -> &'a Value {
     found[0]
 }
 
+/// The server's record of the connection whose client used `client_port`.
+fn server_side<'a>(w: &'a Watched, client_port: &Value) -> &'a Value {
+    w.records
+        .iter()
+        .find(|r| r["direction"] == "inbound" && &r["remote_port"] == client_port)
+        .unwrap_or_else(|| panic!("no server record for port {client_port}: {:#?}", w.records))
+}
+
+/// A client's `tls` object against its own timers (`handshake_ms` from TCP
+/// connected, `ttfb_ms[0]`) within `tol` ms, and against the injected delays.
+fn agrees_with_client(who: &str, tls: &Value, client: &Value, tol: f64) {
+    let hs = ms_of(&tls["handshake_ns"]);
+    let ttfb = ms_of(&tls["ttfb_ns"]);
+    let own_hs = client["handshake_ms"].as_f64().unwrap();
+    let own_ttfb = client["ttfb_ms"][0].as_f64().unwrap();
+    assert_near(
+        &format!("{who} setup + handshake"),
+        hs + ms_of(&tls["setup_ns"]),
+        own_hs,
+        tol,
+    );
+    assert_near(&format!("{who} first byte"), ttfb, own_ttfb, tol);
+    assert_delay(&format!("{who} handshake"), hs, HS_MS);
+    assert_delay(&format!("{who} first byte"), ttfb, ANSWER_MS);
+}
+
 fn uprobe_events_of(observer_pid: u32) -> Vec<String> {
     let group = format!("observer_{observer_pid}/");
     [
@@ -197,7 +130,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
     }
     let _serial = serial();
     let cert = Cert::new();
-    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let port = server.port.to_string();
     let w = Watch::start(&["--port", &port]);
     let observer = w.pid();
@@ -247,11 +180,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         assert_delay("curl handshake", hs, HS_MS);
         assert_delay("curl first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
         // The server's side of the same connection.
-        let s = out
-            .records
-            .iter()
-            .find(|s| s["direction"] == "inbound" && s["remote_port"] == json!(lport))
-            .unwrap_or_else(|| panic!("no server record for port {lport}"));
+        let s = server_side(&out, &json!(lport));
         assert_eq!(s["pid"], server.pid());
         let stls = &s["tls"];
         assert_eq!(stls["ttfb_source"], "plaintext", "{s:#}");
@@ -291,7 +220,7 @@ fn python_node_and_gnutls_clients() {
     }
     let _serial = serial();
     let cert = Cert::new();
-    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let port = server.port.to_string();
     let w = Watch::start(&["--port", &port]);
     // Python: three requests on one keep-alive connection.
@@ -321,21 +250,7 @@ fn python_node_and_gnutls_clients() {
     assert_eq!(tls["exchanges"], 3, "three requests on one connection");
     assert_eq!(tls["plaintext_sent"], p["sent"]);
     assert_eq!(tls["plaintext_received"], p["received"]);
-    let hs = ms_of(&tls["handshake_ns"]);
-    assert_near(
-        "python setup + handshake",
-        hs + ms_of(&tls["setup_ns"]),
-        p["handshake_ms"].as_f64().unwrap(),
-        1.0,
-    );
-    assert_near(
-        "python first byte",
-        ms_of(&tls["ttfb_ns"]),
-        p["ttfb_ms"][0].as_f64().unwrap(),
-        1.0,
-    );
-    assert_delay("python handshake", hs, HS_MS);
-    assert_delay("python first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    agrees_with_client("python", tls, p, 1.0);
 
     let n = &node[0];
     let r = only(&out, "pid", &n["pid"]);
@@ -347,23 +262,9 @@ fn python_node_and_gnutls_clients() {
         "{r:#}"
     );
     assert_eq!(tls["ttfb_source"], "plaintext");
-    let hs = ms_of(&tls["handshake_ns"]);
     // Node handshakes inside SSL_read/SSL_write; its own clock runs from the
     // socket's connect to the secureConnect callback.
-    assert_near(
-        "node handshake",
-        hs + ms_of(&tls["setup_ns"]),
-        n["handshake_ms"].as_f64().unwrap(),
-        2.0,
-    );
-    assert_near(
-        "node first byte",
-        ms_of(&tls["ttfb_ns"]),
-        n["ttfb_ms"][0].as_f64().unwrap(),
-        2.0,
-    );
-    assert_delay("node handshake", hs, HS_MS);
-    assert_delay("node first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    agrees_with_client("node", tls, n, 2.0);
 
     let r = only(&out, "comm", &json!("wget"));
     let tls = &r["tls"];
@@ -385,7 +286,7 @@ fn nginx_server_side() {
     let _serial = serial();
     const BACKEND_MS: u32 = 150;
     let cert = Cert::new();
-    let backend = Server::start(&cert, "plain", 0, BACKEND_MS);
+    let backend = tls_server(&cert, "plain", 0, BACKEND_MS);
     let port = free_port();
     let conf = cert.dir.join("nginx.conf");
     let d = cert.dir.display();
@@ -424,11 +325,7 @@ fn nginx_server_side() {
     unsafe { libc::kill(nginx.id() as i32, libc::SIGTERM) };
     let _ = nginx.wait();
     let c = &c[0];
-    let s = out
-        .records
-        .iter()
-        .find(|r| r["direction"] == "inbound" && r["remote_port"] == c["local_port"])
-        .unwrap_or_else(|| panic!("no nginx record: {:#?}", out.records));
+    let s = server_side(&out, &c["local_port"]);
     assert_eq!(s["comm"], "nginx");
     let tls = &s["tls"];
     assert_eq!(tls["library"], "openssl", "{s:#}");
@@ -452,7 +349,7 @@ fn client_started_before_the_observer() {
     }
     let _serial = serial();
     let cert = Cert::new();
-    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let go = cert.dir.join("go");
     let mut client = Command::new("python3")
         .arg(helper("tls_client.py"))
@@ -482,11 +379,11 @@ fn failed_handshakes() {
     }
     let _serial = serial();
     let cert = Cert::new();
-    let tls_server = Server::start(&cert, "tls", 0, 0);
-    let closer = Server::start(&cert, "close-on-hello", 0, 0);
-    let w = Watch::start(&["--port", &format!("{},{}", tls_server.port, closer.port)]);
+    let plain_target = tls_server(&cert, "tls", 0, 0);
+    let closer = tls_server(&cert, "close-on-hello", 0, 0);
+    let w = Watch::start(&["--port", &format!("{},{}", plain_target.port, closer.port)]);
     // Plain HTTP to a TLS server: the server's handshake fails.
-    let plain = python_client(tls_server.port, &["--plain"]);
+    let plain = python_client(plain_target.port, &["--plain"]);
     // A server that closes after the first bytes of the ClientHello: curl's fails.
     let curl = Command::new("curl")
         .args(["-sk", "-o", "/dev/null", "-w", "%{local_port}"])
@@ -501,11 +398,7 @@ fn failed_handshakes() {
         .unwrap();
     let out = w.stop();
 
-    let s = out
-        .records
-        .iter()
-        .find(|r| r["direction"] == "inbound" && r["remote_port"] == plain[0]["local_port"])
-        .unwrap_or_else(|| panic!("no server record: {:#?}", out.records));
+    let s = server_side(&out, &plain[0]["local_port"]);
     let tls = &s["tls"];
     assert_eq!(tls["handshake_ns"], Value::Null, "{s:#}");
     let code = tls["handshake_error"]
@@ -532,7 +425,7 @@ fn without_plaintext_probes_times_come_from_the_socket() {
     }
     let _serial = serial();
     let cert = Cert::new();
-    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let w = Watch::start(&[
         "--port",
         &server.port.to_string(),
@@ -557,11 +450,7 @@ fn without_plaintext_probes_times_come_from_the_socket() {
         ms_of(&tls["handshake_ns"]),
         HS_MS,
     );
-    let s = out
-        .records
-        .iter()
-        .find(|s| s["direction"] == "inbound" && s["remote_port"] == c[0]["local_port"])
-        .unwrap();
+    let s = server_side(&out, &c[0]["local_port"]);
     assert_eq!(s["tls"]["ttfb_source"], "socket");
     assert_delay(
         "server answer from the socket",
@@ -580,7 +469,7 @@ fn busy_processes_fall_back_to_socket_timing() {
     }
     let _serial = serial();
     let cert = Cert::new();
-    let server = Server::start(&cert, "tls", 0, 0);
+    let server = tls_server(&cert, "tls", 0, 0);
     let w = Watch::start(&[
         "--port",
         &server.port.to_string(),
@@ -633,7 +522,7 @@ fn a_library_only_another_mount_namespace_sees() {
     .find(|d| std::path::Path::new(d).join("libssl.so.3").exists())
     .expect("libssl.so.3 (Debian's libssl3) on this machine");
     let cert = Cert::new();
-    let server = Server::start(&cert, "tls", HS_MS, ANSWER_MS);
+    let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let ns_dir = cert.dir.join("ns");
     std::fs::create_dir_all(&ns_dir).unwrap();
     let go = cert.dir.join("go");

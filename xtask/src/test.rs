@@ -21,6 +21,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("node", "nodejs"),
     ("wget", "wget"),
     ("nginx", "nginx"),
+    // OpenTelemetry tests: a real Prometheus server scrapes the endpoint.
+    ("prometheus", "prometheus"),
 ];
 
 fn have(cmd: &str) -> bool {

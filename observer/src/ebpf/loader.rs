@@ -200,21 +200,38 @@ pub fn detach_all(ebpf: &mut Ebpf) {
     }
 }
 
-/// Sums the per-CPU kernel counters.
-pub fn read_counters(ebpf: &Ebpf) -> Vec<(Counter, u64)> {
-    let Some(map) = ebpf.map(COUNTERS_MAP) else {
-        return Vec::new();
-    };
-    let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else {
-        return Vec::new();
-    };
-    Counter::ALL
-        .iter()
-        .map(|&c| {
-            let total = arr.get(&(c as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
-            (c, total)
-        })
-        .collect()
+/// The kernel's per-CPU counters, taken out of the object so that the
+/// pipeline can read them while the TLS manager owns the rest.
+pub struct KernelCounters(Option<PerCpuArray<MapData, u64>>);
+
+impl KernelCounters {
+    pub fn take(ebpf: &mut Ebpf) -> Self {
+        Self(
+            ebpf.take_map(COUNTERS_MAP)
+                .and_then(|m| PerCpuArray::try_from(m).ok()),
+        )
+    }
+
+    /// Sums over CPUs.
+    pub fn read(&self) -> Vec<(Counter, u64)> {
+        let Some(arr) = &self.0 else {
+            return Vec::new();
+        };
+        Counter::ALL
+            .iter()
+            .map(|&c| {
+                let total = arr.get(&(c as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+                (c, total)
+            })
+            .collect()
+    }
+
+    pub fn get(&self, c: Counter) -> u64 {
+        self.read()
+            .iter()
+            .find(|(x, _)| *x == c)
+            .map_or(0, |(_, v)| *v)
+    }
 }
 
 /// The kernel's CONNS and TLS_CONNS maps, read by the correlator for snapshots.

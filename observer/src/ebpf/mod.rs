@@ -5,7 +5,7 @@ mod probes;
 pub mod prog_stats;
 
 pub use loader::{
-    attach, attach_spec, detach_all, load, read_counters, KernelConnMap, LoadError, LoadOptions,
+    attach, attach_spec, detach_all, load, KernelConnMap, KernelCounters, LoadError, LoadOptions,
     Loaded,
 };
 pub use probes::{Hook, ProbeReport, ProbeSpec, ProbeStatus, PROBES};

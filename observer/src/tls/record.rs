@@ -8,7 +8,10 @@ use observer_common::{
 };
 use serde::Serialize;
 
-use crate::record::{Direction, State};
+use crate::{
+    clock::Clock,
+    record::{Direction, State},
+};
 
 /// How `ttfb_ns` was measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -42,6 +45,12 @@ pub struct TlsRecord {
     pub exchanges: Option<u32>,
     pub plaintext_sent: Option<u64>,
     pub plaintext_received: Option<u64>,
+    /// Wall-clock starts of the handshake and of the wait for the first
+    /// byte, for the exporters' spans.
+    #[serde(skip)]
+    pub handshake_start_unix_ns: Option<u64>,
+    #[serde(skip)]
+    pub ttfb_start_unix_ns: Option<u64>,
 }
 
 fn span(a: u64, b: u64) -> Option<u64> {
@@ -56,6 +65,7 @@ impl TlsRecord {
         direction: Direction,
         state: State,
         server_name: Option<Arc<str>>,
+        clock: Option<&Clock>,
     ) -> Option<Self> {
         if t.library == 0 {
             return None;
@@ -82,21 +92,22 @@ impl TlsRecord {
         let plaintext = t.flags & TLS_PLAINTEXT != 0;
         let (pt, sock, exchanges) = match direction {
             Direction::Outbound => (
-                span(t.pt_first_write_ns, t.pt_read_after_write_ns),
-                span(t.sk_send_after_hs_ns, t.sk_recv_after_send_ns),
+                (t.pt_first_write_ns, t.pt_read_after_write_ns),
+                (t.sk_send_after_hs_ns, t.sk_recv_after_send_ns),
                 t.exchanges_client,
             ),
             Direction::Inbound => (
-                span(t.pt_first_read_ns, t.pt_write_after_read_ns),
-                span(t.sk_recv_after_hs_ns, t.sk_send_after_recv_ns),
+                (t.pt_first_read_ns, t.pt_write_after_read_ns),
+                (t.sk_recv_after_hs_ns, t.sk_send_after_recv_ns),
                 t.exchanges_server,
             ),
         };
-        let (ttfb_ns, ttfb_source) = match (pt, sock) {
-            (Some(v), _) => (Some(v), Some(TtfbSource::Plaintext)),
-            (None, Some(v)) => (Some(v), Some(TtfbSource::Socket)),
-            (None, None) => (None, None),
+        let (ttfb_from, ttfb_ns, ttfb_source) = match (span(pt.0, pt.1), span(sock.0, sock.1)) {
+            (Some(v), _) => (pt.0, Some(v), Some(TtfbSource::Plaintext)),
+            (None, Some(v)) => (sock.0, Some(v), Some(TtfbSource::Socket)),
+            (None, None) => (0, None, None),
         };
+        let wall = |ns: u64| clock.map(|c| c.to_unix_ns(ns));
         let setup_ns = match direction {
             Direction::Outbound if measured => span(conn.established_ns, t.hs_start_ns),
             _ => None,
@@ -113,6 +124,8 @@ impl TlsRecord {
             exchanges: plaintext.then_some(exchanges),
             plaintext_sent: plaintext.then_some(t.pt_sent),
             plaintext_received: plaintext.then_some(t.pt_received),
+            handshake_start_unix_ns: handshake_ns.and_then(|_| wall(start)),
+            ttfb_start_unix_ns: ttfb_ns.and_then(|_| wall(ttfb_from)),
         })
     }
 }
@@ -157,9 +170,12 @@ mod tests {
             Direction::Outbound,
             State::Closed,
             None,
+            Some(&Clock::with_offset(1_000_000)),
         )
         .unwrap();
         assert_eq!(r.setup_ns, Some(600));
+        assert_eq!(r.handshake_start_unix_ns, Some(1_001_000));
+        assert_eq!(r.ttfb_start_unix_ns, Some(1_005_000));
         assert_eq!(r.handshake_ns, Some(3_000));
         assert_eq!(r.handshake_error, None);
         assert_eq!(
@@ -184,7 +200,8 @@ mod tests {
             pt_read_after_write_ns: 0,
             ..client()
         };
-        let r = TlsRecord::new(&t, &est(0), Direction::Outbound, State::Closed, None).unwrap();
+        let r =
+            TlsRecord::new(&t, &est(0), Direction::Outbound, State::Closed, None, None).unwrap();
         assert_eq!(
             (r.ttfb_ns, r.ttfb_source),
             (Some(900), Some(TtfbSource::Socket))
@@ -203,10 +220,25 @@ mod tests {
             hs_ret: -1,
             ..client()
         };
-        let r = TlsRecord::new(&failed, &est(0), Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(
+            &failed,
+            &est(0),
+            Direction::Outbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!((r.handshake_ns, r.handshake_error), (None, Some(-1)));
-        let open =
-            TlsRecord::new(&failed, &est(0), Direction::Outbound, State::Open, None).unwrap();
+        let open = TlsRecord::new(
+            &failed,
+            &est(0),
+            Direction::Outbound,
+            State::Open,
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!(
             open.handshake_error, None,
             "still handshaking is not a failure"
@@ -215,7 +247,15 @@ mod tests {
             flags: TLS_MIDSTREAM | TLS_HS_DONE,
             ..client()
         };
-        let r = TlsRecord::new(&mid, &est(0), Direction::Outbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(
+            &mid,
+            &est(0),
+            Direction::Outbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!((r.handshake_ns, r.handshake_error), (None, None));
         assert_eq!(
             TlsRecord::new(
@@ -223,6 +263,7 @@ mod tests {
                 &est(0),
                 Direction::Inbound,
                 State::Closed,
+                None,
                 None
             ),
             None
@@ -235,7 +276,15 @@ mod tests {
             first_rx_ns: 1_500,
             ..Conn::default()
         };
-        let r = TlsRecord::new(&client(), &conn, Direction::Inbound, State::Closed, None).unwrap();
+        let r = TlsRecord::new(
+            &client(),
+            &conn,
+            Direction::Inbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!(r.handshake_ns, Some(2_500));
         assert_eq!(r.setup_ns, None);
     }
@@ -256,6 +305,7 @@ mod tests {
             Direction::Inbound,
             State::Closed,
             Some("x".into()),
+            None,
         )
         .unwrap();
         assert_eq!((r.ttfb_ns, r.exchanges), (Some(5_000), Some(3)));

@@ -1,0 +1,308 @@
+//! `observer run` settings: defaults < config file (TOML or YAML) <
+//! environment (the standard OTEL_* variables) < flags. Every error names the
+//! key and the bad value.
+
+use std::{collections::HashMap, net::SocketAddr, path::Path, time::Duration};
+
+use serde::Deserialize;
+
+use super::otlp::{BadSetting, OtlpConfig};
+
+/// The config file. Unknown keys are errors (a typo must not pass silently).
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// "ADDR:PORT" or "none".
+    pub prometheus_listen: Option<String>,
+    pub sample_ratio: Option<f64>,
+    pub slow_threshold_seconds: Option<f64>,
+    pub service_name: Option<String>,
+    pub max_series: Option<usize>,
+    /// OTEL_* variables by their names without the prefix, lower case
+    /// (`endpoint`, `protocol`, `headers`, `traces_endpoint`, ...).
+    #[serde(default)]
+    pub otlp: HashMap<String, String>,
+    /// OTEL_RESOURCE_ATTRIBUTES as a table.
+    #[serde(default)]
+    pub resource: HashMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {err}")]
+    Read { path: String, err: std::io::Error },
+    #[error("{path}: {err}")]
+    Parse { path: String, err: String },
+    #[error(transparent)]
+    Bad(#[from] BadSetting),
+}
+
+/// Keys the `otlp` table may hold, and the variable each stands for.
+const OTLP_KEYS: &[&str] = &[
+    "endpoint",
+    "protocol",
+    "headers",
+    "timeout",
+    "compression",
+    "traces_endpoint",
+    "traces_protocol",
+    "traces_headers",
+    "traces_timeout",
+    "traces_compression",
+    "metrics_endpoint",
+    "metrics_protocol",
+    "metrics_headers",
+    "metrics_timeout",
+    "metrics_compression",
+];
+
+pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+        path: shown.clone(),
+        err,
+    })?;
+    let is_yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    let cfg: FileConfig = if is_yaml {
+        serde_yaml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: shown.clone(),
+            err: e.to_string(),
+        })?
+    } else {
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: shown.clone(),
+            err: e.to_string(),
+        })?
+    };
+    for k in cfg.otlp.keys() {
+        if !OTLP_KEYS.contains(&k.as_str()) {
+            return Err(ConfigError::Parse {
+                path: shown,
+                err: format!(
+                    "unknown key `otlp.{k}`, expected one of: {}",
+                    OTLP_KEYS.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(cfg)
+}
+
+/// What `observer run` exports, resolved.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// None: no Prometheus endpoint.
+    pub prometheus_listen: Option<SocketAddr>,
+    pub otlp: OtlpConfig,
+    pub sample_ratio: f64,
+    pub slow_threshold: Duration,
+    pub service_name: Option<String>,
+    pub max_series: usize,
+    /// The observer's own resource attributes (OTEL_RESOURCE_ATTRIBUTES).
+    pub resource: Vec<(String, String)>,
+}
+
+/// Flag values (None: not given).
+#[derive(Debug, Default, Clone)]
+pub struct Flags {
+    pub prometheus_listen: Option<String>,
+    pub sample_ratio: Option<f64>,
+    pub slow_threshold: Option<Duration>,
+    pub service_name: Option<String>,
+    pub max_series: Option<usize>,
+}
+
+fn listen(key: &str, v: &str) -> Result<Option<SocketAddr>, BadSetting> {
+    if v == "none" {
+        return Ok(None);
+    }
+    v.parse().map(Some).map_err(|_| BadSetting {
+        key: key.into(),
+        value: v.into(),
+        why: "expected ADDR:PORT (e.g. 127.0.0.1:9464) or none".into(),
+    })
+}
+
+fn ratio(key: &str, v: f64) -> Result<f64, BadSetting> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(BadSetting {
+            key: key.into(),
+            value: v.to_string(),
+            why: "expected a ratio from 0 to 1".into(),
+        })
+    }
+}
+
+pub fn resolve(
+    file: &FileConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    flags: &Flags,
+) -> Result<RunSettings, ConfigError> {
+    let prometheus_listen = match (&flags.prometheus_listen, &file.prometheus_listen) {
+        (Some(v), _) => listen("--prometheus-listen", v)?,
+        (None, Some(v)) => listen("prometheus_listen", v)?,
+        (None, None) => listen("default", super::prometheus::DEFAULT_LISTEN)?,
+    };
+    // The file's otlp table stands below the environment.
+    let merged = |name: &str| -> Option<String> {
+        env(name).or_else(|| {
+            let key = name.strip_prefix("OTEL_EXPORTER_OTLP_")?.to_lowercase();
+            file.otlp.get(&key).cloned()
+        })
+    };
+    let otlp = OtlpConfig::from_vars(&merged)?;
+    let sample_ratio = match (flags.sample_ratio, file.sample_ratio) {
+        (Some(v), _) => ratio("--sample-ratio", v)?,
+        (None, Some(v)) => ratio("sample_ratio", v)?,
+        (None, None) => 1.0,
+    };
+    let slow_threshold = match (flags.slow_threshold, file.slow_threshold_seconds) {
+        (Some(d), _) => d,
+        (None, Some(s)) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s),
+        (None, Some(s)) => {
+            return Err(BadSetting {
+                key: "slow_threshold_seconds".into(),
+                value: s.to_string(),
+                why: "expected seconds >= 0".into(),
+            }
+            .into())
+        }
+        (None, None) => Duration::from_secs(1),
+    };
+    let mut resource: Vec<(String, String)> = file
+        .resource
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(v) = env("OTEL_RESOURCE_ATTRIBUTES") {
+        for pair in v.split(',').filter(|p| !p.trim().is_empty()) {
+            let (k, val) = pair.split_once('=').ok_or_else(|| BadSetting {
+                key: "OTEL_RESOURCE_ATTRIBUTES".into(),
+                value: v.clone(),
+                why: "expected key=value pairs separated by commas".into(),
+            })?;
+            resource.retain(|(x, _)| x != k.trim());
+            resource.push((k.trim().into(), val.trim().into()));
+        }
+    }
+    resource.sort();
+    Ok(RunSettings {
+        prometheus_listen,
+        otlp,
+        sample_ratio,
+        slow_threshold,
+        service_name: flags
+            .service_name
+            .clone()
+            .or_else(|| file.service_name.clone()),
+        max_series: flags.max_series.or(file.max_series).unwrap_or(2000),
+        resource,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn precedence_defaults_file_env_flags() {
+        let file: FileConfig = toml::from_str(
+            "prometheus_listen = \"127.0.0.1:9999\"\nsample_ratio = 0.5\n[otlp]\nendpoint = \"http://file:4317\"\nprotocol = \"grpc\"\n",
+        )
+        .expect("parses");
+        let none = Flags::default();
+        let s = resolve(&file, &env(&[]), &none).expect("valid");
+        assert_eq!(
+            s.prometheus_listen,
+            Some("127.0.0.1:9999".parse().expect("addr"))
+        );
+        assert_eq!(s.sample_ratio, 0.5);
+        assert_eq!(
+            s.otlp.traces.as_ref().map(|t| t.endpoint.as_str()),
+            Some("http://file:4317")
+        );
+        let s = resolve(
+            &file,
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ]),
+            &none,
+        )
+        .expect("valid");
+        let t = s.otlp.traces.expect("traces");
+        assert_eq!(t.endpoint, "http://env:4318/v1/traces");
+        assert_eq!(
+            s.otlp.metrics.expect("metrics").endpoint,
+            "http://env:4318/v1/metrics"
+        );
+        let flags = Flags {
+            prometheus_listen: Some("none".into()),
+            sample_ratio: Some(0.1),
+            ..Flags::default()
+        };
+        let s = resolve(&file, &env(&[]), &flags).expect("valid");
+        assert_eq!((s.prometheus_listen, s.sample_ratio), (None, 0.1));
+        let s = resolve(&FileConfig::default(), &env(&[]), &none).expect("valid");
+        assert_eq!(
+            s.prometheus_listen,
+            Some("127.0.0.1:9464".parse().expect("addr"))
+        );
+        assert!(
+            s.otlp.traces.is_none() && s.otlp.metrics.is_none(),
+            "nothing without an endpoint"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key_and_value() {
+        let e = toml::from_str::<FileConfig>("promethus_listen = \"x\"").expect_err("unknown key");
+        assert!(e.to_string().contains("promethus_listen"), "{e}");
+        let bad = resolve(
+            &FileConfig::default(),
+            &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317")]),
+            &Flags::default(),
+        )
+        .expect_err("no scheme");
+        let msg = bad.to_string();
+        assert!(
+            msg.contains("OTEL_EXPORTER_OTLP_ENDPOINT") && msg.contains("localhost:4317"),
+            "{msg}"
+        );
+        let bad = resolve(
+            &FileConfig::default(),
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "udp"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:1"),
+            ]),
+            &Flags::default(),
+        )
+        .expect_err("bad protocol");
+        assert!(bad.to_string().contains("udp"));
+        let flags = Flags {
+            prometheus_listen: Some("nowhere".into()),
+            ..Flags::default()
+        };
+        let bad = resolve(&FileConfig::default(), &env(&[]), &flags).expect_err("bad addr");
+        assert!(bad.to_string().contains("--prometheus-listen"));
+        let y: FileConfig =
+            serde_yaml::from_str("otlp:\n  endpoint: http://y:4317\n").expect("yaml");
+        assert_eq!(
+            y.otlp.get("endpoint").map(String::as_str),
+            Some("http://y:4317")
+        );
+    }
+}

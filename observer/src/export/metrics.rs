@@ -1,0 +1,544 @@
+//! Histograms and counters over every connection record (metrics see all
+//! records, whatever spans are sampled), with low-cardinality attributes and
+//! a cap on series per metric. Rendered as Prometheus text and as OTLP.
+
+use std::collections::{BTreeMap, HashMap};
+
+use opentelemetry_proto::tonic::{
+    collector::metrics::v1::ExportMetricsServiceRequest,
+    common::v1::{InstrumentationScope, KeyValue},
+    metrics::v1::{
+        metric::Data, number_data_point, AggregationTemporality, Gauge, Histogram as OtlpHistogram,
+        HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    },
+    resource::v1::Resource,
+};
+
+use super::attrs::{error_type, s};
+use crate::record::{ConnRecord, Direction, Family};
+
+/// Explicit bucket bounds in seconds, 100 us to 10 s.
+pub const BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+pub const CONNECT: &str = "observer.tcp.connect.duration";
+pub const HANDSHAKE: &str = "observer.tls.handshake.duration";
+pub const TTFB: &str = "observer.tcp.time_to_first_byte";
+pub const DNS: &str = "dns.lookup.duration";
+pub const CONNECTIONS: &str = "observer.tcp.connections";
+pub const RETRANSMITS: &str = "observer.tcp.retransmits";
+pub const IO: &str = "observer.tcp.io";
+pub const DROPPED: &str = "observer.events.dropped";
+pub const PROBES: &str = "observer.probes.attached";
+
+/// A series' attributes, sorted by key.
+pub type Labels = Vec<(&'static str, String)>;
+
+#[derive(Clone, Debug, Default)]
+struct Hist {
+    /// One count per bucket, plus the overflow bucket.
+    counts: [u64; BUCKETS.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+impl Hist {
+    fn observe(&mut self, secs: f64) {
+        let i = BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(BUCKETS.len());
+        self.counts[i] += 1;
+        self.sum += secs;
+        self.count += 1;
+    }
+}
+
+struct Described {
+    name: &'static str,
+    unit: &'static str,
+    description: &'static str,
+}
+
+const DESCRIPTIONS: &[Described] = &[
+    Described {
+        name: CONNECT,
+        unit: "s",
+        description: "TCP connect: SYN sent to ESTABLISHED (outbound)",
+    },
+    Described {
+        name: HANDSHAKE,
+        unit: "s",
+        description: "TLS handshake, as the TLS library saw it",
+    },
+    Described {
+        name: TTFB,
+        unit: "s",
+        description:
+            "Time to first byte: request sent to first byte of the answer (TLS: plaintext)",
+    },
+    Described {
+        name: DNS,
+        unit: "s",
+        description: "DNS lookup duration",
+    },
+    Described {
+        name: CONNECTIONS,
+        unit: "{connection}",
+        description: "TCP connections closed, by outcome",
+    },
+    Described {
+        name: RETRANSMITS,
+        unit: "{segment}",
+        description: "TCP segments retransmitted",
+    },
+    Described {
+        name: IO,
+        unit: "By",
+        description: "Payload bytes through the socket API",
+    },
+    Described {
+        name: DROPPED,
+        unit: "{event}",
+        description: "Events the observer lost, by stage",
+    },
+    Described {
+        name: PROBES,
+        unit: "{probe}",
+        description: "Probes attached",
+    },
+];
+
+fn describe(name: &str) -> &'static Described {
+    DESCRIPTIONS
+        .iter()
+        .find(|d| d.name == name)
+        .unwrap_or(&DESCRIPTIONS[0])
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    hists: BTreeMap<(&'static str, Labels), Hist>,
+    counters: BTreeMap<(&'static str, Labels), u64>,
+    gauges: BTreeMap<(&'static str, Labels), u64>,
+    series: HashMap<&'static str, usize>,
+    /// Series per metric; past it, values go to one overflow series.
+    pub max_series: usize,
+    pub start_unix_ns: u64,
+    /// Records whose attributes went to an overflow series.
+    pub overflowed: u64,
+}
+
+fn overflow() -> Labels {
+    vec![("otel.metric.overflow", "true".into())]
+}
+
+impl Metrics {
+    pub fn new(max_series: usize, start_unix_ns: u64) -> Self {
+        Self {
+            max_series,
+            start_unix_ns,
+            ..Self::default()
+        }
+    }
+
+    /// The labels to use for a new or known series of `metric`.
+    fn admit(&mut self, metric: &'static str, labels: Labels, known: bool) -> Labels {
+        if known {
+            return labels;
+        }
+        let n = self.series.entry(metric).or_insert(0);
+        if *n >= self.max_series {
+            self.overflowed += 1;
+            return overflow();
+        }
+        *n += 1;
+        labels
+    }
+
+    fn observe(&mut self, metric: &'static str, labels: Labels, secs: f64) {
+        let known = self.hists.contains_key(&(metric, labels.clone()));
+        let labels = self.admit(metric, labels, known);
+        self.hists
+            .entry((metric, labels))
+            .or_default()
+            .observe(secs);
+    }
+
+    fn add(&mut self, metric: &'static str, labels: Labels, v: u64) {
+        let known = self.counters.contains_key(&(metric, labels.clone()));
+        let labels = self.admit(metric, labels, known);
+        *self.counters.entry((metric, labels)).or_default() += v;
+    }
+
+    /// Sets a counter kept elsewhere (the observer's own loss counters).
+    pub fn set_counter(&mut self, metric: &'static str, labels: Labels, v: u64) {
+        self.counters.insert((metric, labels), v);
+    }
+
+    pub fn set_gauge(&mut self, metric: &'static str, labels: Labels, v: u64) {
+        self.gauges.insert((metric, labels), v);
+    }
+
+    /// Counts a finished connection (open snapshots are not counted twice:
+    /// only closed records reach here).
+    pub fn record(&mut self, r: &ConnRecord) {
+        let exe = r
+            .exe
+            .as_deref()
+            .and_then(|p| p.rsplit('/').next())
+            .or(r.comm.as_deref())
+            .unwrap_or("unknown")
+            .to_owned();
+        let (server, port) = match r.direction {
+            Direction::Outbound => (
+                r.tls
+                    .as_ref()
+                    .and_then(|t| t.server_name.as_deref())
+                    .map_or_else(|| r.remote_addr.to_string(), str::to_owned),
+                r.remote_port,
+            ),
+            Direction::Inbound => (r.local_addr.to_string(), r.local_port),
+        };
+        let direction = match r.direction {
+            Direction::Outbound => "outbound",
+            Direction::Inbound => "inbound",
+        };
+        let net = match r.family {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        };
+        let base: Labels = vec![
+            ("direction", direction.into()),
+            ("network.type", net.into()),
+            ("process.executable.name", exe),
+            ("server.address", server),
+            ("server.port", port.to_string()),
+        ];
+        if let Some(c) = r.connect_ns {
+            self.observe(CONNECT, base.clone(), c as f64 / 1e9);
+        }
+        if let Some(h) = r.tls.as_ref().and_then(|t| t.handshake_ns) {
+            self.observe(HANDSHAKE, base.clone(), h as f64 / 1e9);
+        }
+        if let Some(t) = r.tls.as_ref().and_then(|t| t.ttfb_ns).or(r.ttfb_ns) {
+            self.observe(TTFB, base.clone(), t as f64 / 1e9);
+        }
+        let mut outcome = base.clone();
+        let err = r.error.map(error_type).or_else(|| {
+            r.tls
+                .as_ref()
+                .and_then(|t| t.handshake_error)
+                .map(|_| "tls_handshake_failed")
+        });
+        if let Some(e) = err {
+            outcome.insert(1, ("error.type", e.into()));
+        }
+        self.add(CONNECTIONS, outcome, 1);
+        if r.retransmits > 0 {
+            self.add(RETRANSMITS, base.clone(), u64::from(r.retransmits));
+        }
+        for (dir, bytes) in [("transmit", r.bytes_sent), ("receive", r.bytes_received)] {
+            let mut l = base.clone();
+            l.insert(2, ("network.io.direction", dir.into()));
+            self.add(IO, l, bytes);
+        }
+    }
+
+    /// Prometheus text exposition (format 0.0.4).
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        let mut last = "";
+        for ((name, labels), h) in &self.hists {
+            let base = prom_name(name, "_seconds");
+            if *name != last {
+                header(&mut out, &base, name, "histogram");
+                last = name;
+            }
+            let mut cumulative = 0;
+            for (i, bound) in BUCKETS.iter().enumerate() {
+                cumulative += h.counts[i];
+                let le = format!("{bound}");
+                out.push_str(&format!(
+                    "{base}_bucket{} {cumulative}\n",
+                    prom_labels(labels, Some(&le))
+                ));
+            }
+            out.push_str(&format!(
+                "{base}_bucket{} {}\n",
+                prom_labels(labels, Some("+Inf")),
+                h.count
+            ));
+            out.push_str(&format!(
+                "{base}_sum{} {}\n",
+                prom_labels(labels, None),
+                h.sum
+            ));
+            out.push_str(&format!(
+                "{base}_count{} {}\n",
+                prom_labels(labels, None),
+                h.count
+            ));
+        }
+        for ((name, labels), v) in &self.counters {
+            let suffix = if *name == IO {
+                "_bytes_total"
+            } else {
+                "_total"
+            };
+            let base = prom_name(name, "");
+            if *name != last {
+                header(&mut out, &format!("{base}{suffix}"), name, "counter");
+                last = name;
+            }
+            out.push_str(&format!(
+                "{base}{suffix}{} {v}\n",
+                prom_labels(labels, None)
+            ));
+        }
+        for ((name, labels), v) in &self.gauges {
+            let base = prom_name(name, "");
+            if *name != last {
+                header(&mut out, &base, name, "gauge");
+                last = name;
+            }
+            out.push_str(&format!("{base}{} {v}\n", prom_labels(labels, None)));
+        }
+        out
+    }
+
+    /// The same as OTLP, cumulative, under the observer's own resource.
+    pub fn otlp(&self, resource: Vec<KeyValue>, now_unix_ns: u64) -> ExportMetricsServiceRequest {
+        let mut metrics: Vec<Metric> = Vec::new();
+        let mut by_name: BTreeMap<&str, Vec<HistogramDataPoint>> = BTreeMap::new();
+        for ((name, labels), h) in &self.hists {
+            by_name.entry(name).or_default().push(HistogramDataPoint {
+                attributes: otlp_labels(labels),
+                start_time_unix_nano: self.start_unix_ns,
+                time_unix_nano: now_unix_ns,
+                count: h.count,
+                sum: Some(h.sum),
+                bucket_counts: h.counts.to_vec(),
+                explicit_bounds: BUCKETS.to_vec(),
+                ..HistogramDataPoint::default()
+            });
+        }
+        for (name, points) in by_name {
+            let d = describe(name);
+            metrics.push(Metric {
+                name: name.to_owned(),
+                description: d.description.into(),
+                unit: d.unit.into(),
+                data: Some(Data::Histogram(OtlpHistogram {
+                    data_points: points,
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                })),
+                ..Metric::default()
+            });
+        }
+        let number = |labels: &Labels, v: u64| NumberDataPoint {
+            attributes: otlp_labels(labels),
+            start_time_unix_nano: self.start_unix_ns,
+            time_unix_nano: now_unix_ns,
+            value: Some(number_data_point::Value::AsInt(v as i64)),
+            ..NumberDataPoint::default()
+        };
+        let mut sums: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
+        for ((name, labels), v) in &self.counters {
+            sums.entry(name).or_default().push(number(labels, *v));
+        }
+        for (name, points) in sums {
+            let d = describe(name);
+            metrics.push(Metric {
+                name: name.to_owned(),
+                description: d.description.into(),
+                unit: d.unit.into(),
+                data: Some(Data::Sum(Sum {
+                    data_points: points,
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    is_monotonic: true,
+                })),
+                ..Metric::default()
+            });
+        }
+        let mut gauges: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
+        for ((name, labels), v) in &self.gauges {
+            gauges.entry(name).or_default().push(number(labels, *v));
+        }
+        for (name, points) in gauges {
+            let d = describe(name);
+            metrics.push(Metric {
+                name: name.to_owned(),
+                description: d.description.into(),
+                unit: d.unit.into(),
+                data: Some(Data::Gauge(Gauge {
+                    data_points: points,
+                })),
+                ..Metric::default()
+            });
+        }
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: resource,
+                    ..Resource::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: "observer".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    metrics,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
+}
+
+fn otlp_labels(labels: &Labels) -> Vec<KeyValue> {
+    labels.iter().map(|(k, v)| s(k, v.clone())).collect()
+}
+
+/// `observer.tcp.connect.duration` -> `observer_tcp_connect_duration` + suffix.
+fn prom_name(name: &str, suffix: &str) -> String {
+    let mut n: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    n.push_str(suffix);
+    n
+}
+
+fn header(out: &mut String, prom: &str, name: &str, kind: &str) {
+    out.push_str(&format!(
+        "# HELP {prom} {}\n# TYPE {prom} {kind}\n",
+        describe(name).description
+    ));
+}
+
+fn prom_labels(labels: &Labels, le: Option<&str>) -> String {
+    let mut parts: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{}=\"{}\"", prom_name(k, ""), escape(v)))
+        .collect();
+    if let Some(le) = le {
+        parts.push(format!("le=\"{le}\""));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", parts.join(","))
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use observer_common::{
+        Conn, AF_INET, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED, FLAG_RESET_RX,
+    };
+
+    use super::*;
+    use crate::{clock::Clock, record::State};
+
+    fn record(port: u16, connect_ns: u64, refused: bool) -> ConnRecord {
+        let mut c = Conn {
+            sk: 1,
+            start_ns: 1_000,
+            established_ns: if refused { 0 } else { 1_000 + connect_ns },
+            end_ns: 9_000_000,
+            bytes_tx: 10,
+            bytes_rx: 20,
+            dport: port,
+            family: AF_INET,
+            direction: DIR_OUTBOUND,
+            flags: if refused {
+                FLAG_OWNED | FLAG_RESET_RX
+            } else {
+                FLAG_OWNED | FLAG_ESTABLISHED
+            },
+            ..Conn::default()
+        };
+        c.daddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+        let mut r = ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed);
+        r.exe = Some(Arc::from("/usr/bin/curl"));
+        r
+    }
+
+    #[test]
+    fn histograms_and_counters_in_prometheus_text() {
+        let mut m = Metrics::new(100, 0);
+        m.record(&record(443, 2_000_000, false)); // 2 ms
+        m.record(&record(443, 300_000, false)); // 0.3 ms
+        m.record(&record(443, 0, true));
+        let t = m.prometheus();
+        let labels = "direction=\"outbound\",network_type=\"ipv4\",process_executable_name=\"curl\",server_address=\"10.0.0.1\",server_port=\"443\"";
+        assert!(
+            t.contains("# TYPE observer_tcp_connect_duration_seconds histogram"),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "observer_tcp_connect_duration_seconds_bucket{{{labels},le=\"0.0005\"}} 1"
+            )),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "observer_tcp_connect_duration_seconds_bucket{{{labels},le=\"0.0025\"}} 2"
+            )),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "observer_tcp_connect_duration_seconds_count{{{labels}}} 2"
+            )),
+            "{t}"
+        );
+        assert!(t.contains("observer_tcp_connections_total{direction=\"outbound\",error_type=\"connection_refused\""), "{t}");
+        assert!(t.contains("network_io_direction=\"transmit\""), "{t}");
+        let req = m.otlp(Vec::new(), 1);
+        let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert!(
+            names.contains(&CONNECT) && names.contains(&CONNECTIONS) && names.contains(&IO),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn series_past_the_cap_go_to_one_overflow_series() {
+        let mut m = Metrics::new(3, 0);
+        for port in 1..=10 {
+            m.record(&record(port, 1_000_000, false));
+        }
+        let t = m.prometheus();
+        let series = t
+            .lines()
+            .filter(|l| l.starts_with("observer_tcp_connect_duration_seconds_count"))
+            .count();
+        assert_eq!(series, 4, "3 series and the overflow one: {t}");
+        assert!(
+            t.contains(
+                "observer_tcp_connect_duration_seconds_count{otel_metric_overflow=\"true\"} 7"
+            ),
+            "{t}"
+        );
+        assert!(m.overflowed > 0);
+    }
+}

@@ -1,0 +1,572 @@
+//! OTLP export over gRPC (tonic) or HTTP/protobuf (hyper), configured by the
+//! standard OTEL_EXPORTER_OTLP_* variables. A bounded queue in front, retries
+//! with backoff behind: a collector that is down costs counted drops, never
+//! unbounded memory and never a stall of event processing.
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use opentelemetry_proto::tonic::collector::{
+    metrics::v1::{metrics_service_client::MetricsServiceClient, ExportMetricsServiceRequest},
+    trace::v1::{trace_service_client::TraceServiceClient, ExportTraceServiceRequest},
+};
+use prost::Message;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::{attrs::Ids, metrics::Metrics, spans};
+use crate::record::ConnRecord;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Protocol {
+    #[serde(rename = "grpc")]
+    Grpc,
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+/// Where and how one signal goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// gRPC: the server's URL; HTTP: the full URL including the signal's path.
+    pub endpoint: String,
+    pub protocol: Protocol,
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub gzip: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpConfig {
+    pub traces: Option<Signal>,
+    pub metrics: Option<Signal>,
+    pub metric_interval: Duration,
+}
+
+/// A setting that cannot be used: which key, what value, why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{key}={value:?}: {why}")]
+pub struct BadSetting {
+    pub key: String,
+    pub value: String,
+    pub why: String,
+}
+
+fn bad(key: &str, value: &str, why: &str) -> BadSetting {
+    BadSetting {
+        key: key.into(),
+        value: value.into(),
+        why: why.into(),
+    }
+}
+
+fn check_url(key: &str, url: &str) -> Result<(), BadSetting> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| bad(key, url, &format!("not a URL ({e})")))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(bad(
+                key,
+                url,
+                "https endpoints are not supported yet; use a local Collector over http://",
+            ))
+        }
+        _ => return Err(bad(key, url, "the URL must start with http://")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad(key, url, "the URL has no host"));
+    }
+    Ok(())
+}
+
+impl OtlpConfig {
+    /// Reads the standard variables through `get` (the environment, or the
+    /// merged config file + environment). Nothing is exported unless an
+    /// endpoint is set.
+    pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, BadSetting> {
+        let signal = |sig: &str, path: &str| -> Result<Option<Signal>, BadSetting> {
+            let var = |name: &str| -> Option<(String, String)> {
+                let specific = format!("OTEL_EXPORTER_OTLP_{sig}_{name}");
+                let general = format!("OTEL_EXPORTER_OTLP_{name}");
+                get(&specific)
+                    .map(|v| (specific, v))
+                    .or_else(|| get(&general).map(|v| (general, v)))
+                    .filter(|(_, v)| !v.trim().is_empty())
+            };
+            let protocol = match var("PROTOCOL") {
+                None => Protocol::Grpc,
+                Some((_, v)) if v == "grpc" => Protocol::Grpc,
+                Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
+                Some((k, v)) => return Err(bad(&k, &v, "expected grpc or http/protobuf")),
+            };
+            let specific_key = format!("OTEL_EXPORTER_OTLP_{sig}_ENDPOINT");
+            let endpoint = match (get(&specific_key), get("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+                (Some(e), _) if !e.trim().is_empty() => {
+                    check_url(&specific_key, &e)?;
+                    e
+                }
+                (_, Some(e)) if !e.trim().is_empty() => {
+                    check_url("OTEL_EXPORTER_OTLP_ENDPOINT", &e)?;
+                    match protocol {
+                        Protocol::Grpc => e,
+                        Protocol::HttpProtobuf => format!("{}/{path}", e.trim_end_matches('/')),
+                    }
+                }
+                _ => return Ok(None),
+            };
+            let headers = match var("HEADERS") {
+                None => Vec::new(),
+                Some((k, v)) => v
+                    .split(',')
+                    .filter(|p| !p.trim().is_empty())
+                    .map(|p| {
+                        p.split_once('=')
+                            .map(|(a, b)| (a.trim().to_lowercase(), b.trim().to_owned()))
+                            .filter(|(a, _)| !a.is_empty())
+                            .ok_or_else(|| {
+                                bad(&k, &v, "expected key=value pairs separated by commas")
+                            })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let timeout = match var("TIMEOUT") {
+                None => Duration::from_secs(10),
+                Some((k, v)) => Duration::from_millis(
+                    v.trim()
+                        .parse()
+                        .map_err(|_| bad(&k, &v, "expected milliseconds"))?,
+                ),
+            };
+            let gzip = match var("COMPRESSION") {
+                None => false,
+                Some((_, v)) if v == "gzip" => true,
+                Some((_, v)) if v == "none" => false,
+                Some((k, v)) => return Err(bad(&k, &v, "expected gzip or none")),
+            };
+            Ok(Some(Signal {
+                endpoint,
+                protocol,
+                headers,
+                timeout,
+                gzip,
+            }))
+        };
+        let metric_interval = match get("OTEL_METRIC_EXPORT_INTERVAL") {
+            None => Duration::from_secs(60),
+            Some(v) => Duration::from_millis(
+                v.trim()
+                    .parse()
+                    .ok()
+                    .filter(|&ms: &u64| ms > 0)
+                    .ok_or_else(|| {
+                        bad(
+                            "OTEL_METRIC_EXPORT_INTERVAL",
+                            &v,
+                            "expected milliseconds > 0",
+                        )
+                    })?,
+            ),
+        };
+        Ok(Self {
+            traces: signal("TRACES", "v1/traces")?,
+            metrics: signal("METRICS", "v1/metrics")?,
+            metric_interval,
+        })
+    }
+}
+
+/// Sends one signal's requests.
+enum Sender {
+    Grpc(tonic::transport::Channel),
+    Http(Box<HttpClient>),
+}
+
+type HttpClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Full<Bytes>,
+>;
+
+impl Sender {
+    fn new(sig: &Signal) -> Result<Self, String> {
+        match sig.protocol {
+            Protocol::Grpc => {
+                let ch = tonic::transport::Channel::from_shared(sig.endpoint.clone())
+                    .map_err(|e| e.to_string())?
+                    .timeout(sig.timeout)
+                    .connect_timeout(sig.timeout)
+                    .connect_lazy();
+                Ok(Sender::Grpc(ch))
+            }
+            Protocol::HttpProtobuf => Ok(Sender::Http(Box::new(
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http(),
+            ))),
+        }
+    }
+
+    fn grpc_request<T>(sig: &Signal, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        for (k, v) in &sig.headers {
+            if let (Ok(k), Ok(v)) = (
+                k.parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>(),
+                v.parse(),
+            ) {
+                r.metadata_mut().insert(k, v);
+            }
+        }
+        r
+    }
+
+    async fn http(&self, sig: &Signal, body: Vec<u8>) -> Result<(), String> {
+        let Sender::Http(client) = self else {
+            return Err("not an HTTP sender".into());
+        };
+        let (body, encoding) = if sig.gzip {
+            use std::io::Write;
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(&body).map_err(|e| e.to_string())?;
+            (gz.finish().map_err(|e| e.to_string())?, Some("gzip"))
+        } else {
+            (body, None)
+        };
+        let mut req =
+            http::Request::post(&sig.endpoint).header("content-type", "application/x-protobuf");
+        if let Some(enc) = encoding {
+            req = req.header("content-encoding", enc);
+        }
+        for (k, v) in &sig.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let resp = tokio::time::timeout(sig.timeout, client.request(req))
+            .await
+            .map_err(|_| format!("no answer within {:?}", sig.timeout))?
+            .map_err(|e| format!("{e}"))?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("HTTP {status}"))
+        }
+    }
+
+    async fn traces(&self, sig: &Signal, req: ExportTraceServiceRequest) -> Result<(), String> {
+        match self {
+            Sender::Grpc(ch) => {
+                let mut c = TraceServiceClient::new(ch.clone());
+                if sig.gzip {
+                    c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                c.export(Self::grpc_request(sig, req))
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            }
+            Sender::Http(_) => self.http(sig, req.encode_to_vec()).await,
+        }
+    }
+
+    async fn metrics(&self, sig: &Signal, req: ExportMetricsServiceRequest) -> Result<(), String> {
+        match self {
+            Sender::Grpc(ch) => {
+                let mut c = MetricsServiceClient::new(ch.clone());
+                if sig.gzip {
+                    c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                c.export(Self::grpc_request(sig, req))
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            }
+            Sender::Http(_) => self.http(sig, req.encode_to_vec()).await,
+        }
+    }
+}
+
+/// What the exporter did, for the summary and the drop metric.
+#[derive(Debug, Default)]
+pub struct ExportStats {
+    pub spans_sent: AtomicU64,
+    pub records_sampled_out: AtomicU64,
+    /// Records whose spans were given up after retries.
+    pub records_dropped: AtomicU64,
+    pub export_errors: AtomicU64,
+    pub metric_exports: AtomicU64,
+}
+
+/// Which records become traces. Metrics see every record.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    /// Share of ordinary records exported (0..=1).
+    pub ratio: f64,
+    /// Records at least this long are always exported.
+    pub slow: Duration,
+}
+
+impl Sampling {
+    pub fn keep(&self, r: &ConnRecord, draw: u64) -> bool {
+        let failed =
+            r.error.is_some() || r.tls.as_ref().is_some_and(|t| t.handshake_error.is_some());
+        let slow = r.duration_ns.unwrap_or(0) >= self.slow.as_nanos() as u64;
+        failed || slow || (draw as f64 / u64::MAX as f64) < self.ratio
+    }
+}
+
+pub struct Exporter {
+    pub config: OtlpConfig,
+    pub sampling: Sampling,
+    pub host: String,
+    pub service_name: Option<String>,
+    /// The observer's own resource, for metrics.
+    pub resource: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+    pub metrics: Arc<Mutex<Metrics>>,
+    pub stats: Arc<ExportStats>,
+}
+
+const MAX_BATCH: usize = 512;
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// A batch is given up after this many failed attempts (backoff 0.2 s, doubling
+/// to 5 s): about 10 s of a collector being away.
+const ATTEMPTS: u32 = 5;
+
+impl Exporter {
+    /// Runs until its queue's senders are gone, then flushes what is left.
+    pub async fn run(self, mut rx: mpsc::Receiver<ConnRecord>) {
+        let traces = self
+            .config
+            .traces
+            .clone()
+            .and_then(|s| match Sender::new(&s) {
+                Ok(x) => Some((s, x)),
+                Err(e) => {
+                    tracing::warn!("OTLP traces: {e}");
+                    None
+                }
+            });
+        let metrics = self
+            .config
+            .metrics
+            .clone()
+            .and_then(|s| match Sender::new(&s) {
+                Ok(x) => Some((s, x)),
+                Err(e) => {
+                    tracing::warn!("OTLP metrics: {e}");
+                    None
+                }
+            });
+        let mut ids = Ids::new();
+        let mut batch: Vec<ConnRecord> = Vec::new();
+        let mut flush = tokio::time::interval(FLUSH_EVERY);
+        let mut metric_tick = tokio::time::interval(self.config.metric_interval);
+        metric_tick.tick().await;
+        loop {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Some(r) => {
+                        if traces.is_some() {
+                            if self.sampling.keep(&r, ids_draw(&mut ids)) {
+                                batch.push(r);
+                            } else {
+                                self.stats.records_sampled_out.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        if batch.len() >= MAX_BATCH {
+                            self.send_traces(&traces, &mut batch, &mut ids).await;
+                        }
+                    }
+                    None => break,
+                },
+                _ = flush.tick() => self.send_traces(&traces, &mut batch, &mut ids).await,
+                _ = metric_tick.tick() => self.send_metrics(&metrics).await,
+            }
+        }
+        self.send_traces(&traces, &mut batch, &mut ids).await;
+        self.send_metrics(&metrics).await;
+    }
+
+    async fn send_traces(
+        &self,
+        traces: &Option<(Signal, Sender)>,
+        batch: &mut Vec<ConnRecord>,
+        ids: &mut Ids,
+    ) {
+        let Some((sig, sender)) = traces else {
+            batch.clear();
+            return;
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let records = std::mem::take(batch);
+        let req = spans::request(&records, &self.host, self.service_name.as_deref(), ids);
+        let n_spans: usize = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        let mut delay = Duration::from_millis(200);
+        for attempt in 1..=ATTEMPTS {
+            match sender.traces(sig, req.clone()).await {
+                Ok(()) => {
+                    self.stats
+                        .spans_sent
+                        .fetch_add(n_spans as u64, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => {
+                    self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("OTLP traces to {} (attempt {attempt}): {e}", sig.endpoint);
+                    if attempt < ATTEMPTS {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        }
+        self.stats
+            .records_dropped
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+    }
+
+    async fn send_metrics(&self, metrics: &Option<(Signal, Sender)>) {
+        let Some((sig, sender)) = metrics else { return };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let req = match self.metrics.lock() {
+            Ok(m) => m.otlp(self.resource.clone(), now),
+            Err(_) => return,
+        };
+        match sender.metrics(sig, req).await {
+            Ok(()) => {
+                self.stats.metric_exports.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // Cumulative: the next export carries everything again.
+                self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("OTLP metrics to {}: {e}", sig.endpoint);
+            }
+        }
+    }
+}
+
+fn ids_draw(ids: &mut Ids) -> u64 {
+    let v = ids.span_id();
+    u64::from_be_bytes(v.try_into().unwrap_or([0; 8]))
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::{
+        Conn, AF_INET, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED, FLAG_RESET_RX,
+    };
+
+    use super::*;
+    use crate::{clock::Clock, record::State};
+
+    fn rec(duration_ns: u64, refused: bool) -> ConnRecord {
+        let c = Conn {
+            start_ns: 1,
+            established_ns: 2,
+            end_ns: 1 + duration_ns,
+            family: AF_INET,
+            direction: DIR_OUTBOUND,
+            flags: if refused {
+                FLAG_OWNED | FLAG_RESET_RX
+            } else {
+                FLAG_OWNED | FLAG_ESTABLISHED
+            },
+            ..Conn::default()
+        };
+        ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed)
+    }
+
+    #[test]
+    fn sampling_keeps_failures_and_slow_connections() {
+        let s = Sampling {
+            ratio: 0.0,
+            slow: Duration::from_millis(500),
+        };
+        assert!(
+            !s.keep(&rec(1_000_000, false), 0),
+            "fast, fine, ratio 0: out"
+        );
+        assert!(s.keep(&rec(1_000_000, true), u64::MAX), "failed: always in");
+        assert!(
+            s.keep(&rec(600_000_000, false), u64::MAX),
+            "slow: always in"
+        );
+        let half = Sampling {
+            ratio: 0.5,
+            slow: Duration::from_secs(10),
+        };
+        assert!(half.keep(&rec(1, false), u64::MAX / 4));
+        assert!(!half.keep(&rec(1, false), u64::MAX / 4 * 3));
+    }
+
+    #[test]
+    fn per_signal_settings_override_the_general_ones() {
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://m:9000/custom",
+            ),
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "Authorization=Bearer x, x-tenant=a",
+            ),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+        ];
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        let c = OtlpConfig::from_vars(&get).expect("valid");
+        let t = c.traces.expect("traces");
+        assert_eq!(
+            (t.endpoint.as_str(), t.protocol),
+            ("http://c:4317", Protocol::Grpc)
+        );
+        assert_eq!(
+            t.headers,
+            vec![
+                ("authorization".into(), "Bearer x".into()),
+                ("x-tenant".into(), "a".into())
+            ]
+        );
+        assert_eq!((t.timeout, t.gzip), (Duration::from_millis(2500), true));
+        let m = c.metrics.expect("metrics");
+        assert_eq!(
+            (m.endpoint.as_str(), m.protocol),
+            ("http://m:9000/custom", Protocol::HttpProtobuf)
+        );
+        let bad = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon"),
+        ];
+        let get = |k: &str| {
+            bad.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        let e = OtlpConfig::from_vars(&get).expect_err("bad timeout");
+        assert_eq!(e.key, "OTEL_EXPORTER_OTLP_TIMEOUT");
+    }
+}

@@ -1,0 +1,301 @@
+//! A connection record as a trace: a root span for the connection and child
+//! spans for its phases, under the observed process's resource. Requests are
+//! built with opentelemetry-proto directly: the SDK's tracer provider holds one
+//! resource, and one request here carries many processes.
+
+use std::collections::HashMap;
+
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    common::v1::{InstrumentationScope, KeyValue},
+    resource::v1::Resource,
+    trace::v1::{span::SpanKind, status::StatusCode, ResourceSpans, ScopeSpans, Span, Status},
+};
+
+use super::attrs::{error_type, f, i, s, Ids};
+use crate::record::{ConnRecord, Direction, Family};
+
+/// The process a record belongs to, as an OTel resource.
+pub fn resource(r: &ConnRecord, host: &str, service_name: Option<&str>) -> Vec<KeyValue> {
+    let exe_name = r
+        .exe
+        .as_deref()
+        .and_then(|p| p.rsplit('/').next())
+        .or(r.comm.as_deref())
+        .unwrap_or("unknown");
+    let mut a = vec![
+        s("service.name", service_name.unwrap_or(exe_name)),
+        s("process.executable.name", exe_name),
+        s("host.name", host),
+    ];
+    if let Some(pid) = r.pid {
+        a.push(i("process.pid", i64::from(pid)));
+    }
+    if let Some(exe) = r.exe.as_deref() {
+        a.push(s("process.executable.path", exe));
+    }
+    if let Some(comm) = r.comm.as_deref() {
+        a.push(s("process.command", comm));
+    }
+    if let Some(id) = r.pid.and_then(container_id) {
+        a.push(s("container.id", id));
+    }
+    a
+}
+
+/// The container id in a process's cgroup path (64 hex characters, as
+/// docker, containerd and CRI-O name their scopes), if any.
+pub fn container_id(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(|l| {
+        let path = l.rsplit(':').next()?;
+        path.split(['/', '-', '.'])
+            .find(|part| part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_owned)
+    })
+}
+
+struct Ends {
+    server_addr: String,
+    server_port: u16,
+}
+
+fn ends(r: &ConnRecord) -> Ends {
+    let name = r.tls.as_ref().and_then(|t| t.server_name.as_deref());
+    match r.direction {
+        Direction::Outbound => Ends {
+            server_addr: name.map_or_else(|| r.remote_addr.to_string(), str::to_owned),
+            server_port: r.remote_port,
+        },
+        Direction::Inbound => Ends {
+            server_addr: r.local_addr.to_string(),
+            server_port: r.local_port,
+        },
+    }
+}
+
+/// The connection's spans: root first, then its phases, each inside the root.
+pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
+    let trace_id = ids.trace_id();
+    let root_id = ids.span_id();
+    let e = ends(r);
+    let start = r.start_unix_ns;
+    let end = r.end_unix_ns.unwrap_or_else(|| {
+        // Open connections: up to the snapshot.
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(start, |d| d.as_nanos() as u64)
+    });
+    let mut attrs = vec![
+        s("network.peer.address", r.remote_addr.to_string()),
+        i("network.peer.port", i64::from(r.remote_port)),
+        s("network.local.address", r.local_addr.to_string()),
+        i("network.local.port", i64::from(r.local_port)),
+        s(
+            "network.type",
+            match r.family {
+                Family::Ipv4 => "ipv4",
+                Family::Ipv6 => "ipv6",
+            },
+        ),
+        s("network.transport", "tcp"),
+        s("server.address", e.server_addr.clone()),
+        i("server.port", i64::from(e.server_port)),
+        i("observer.tcp.retransmits", i64::from(r.retransmits)),
+        i("observer.bytes_sent", r.bytes_sent as i64),
+        i("observer.bytes_received", r.bytes_received as i64),
+    ];
+    if r.direction == Direction::Inbound {
+        attrs.push(s("client.address", r.remote_addr.to_string()));
+        attrs.push(i("client.port", i64::from(r.remote_port)));
+    }
+    if let Some(srtt) = r.srtt_us {
+        attrs.push(f("observer.tcp.srtt", f64::from(srtt) / 1e6));
+    }
+    let ttfb = r.tls.as_ref().and_then(|t| t.ttfb_ns).or(r.ttfb_ns);
+    if let Some(t) = ttfb {
+        attrs.push(f("observer.ttfb", t as f64 / 1e9));
+    }
+    let mut error = r.error.map(error_type);
+    if let Some(t) = &r.tls {
+        attrs.push(s("observer.tls.library", t.library));
+        if let Some(v) = t.version {
+            attrs.push(s("tls.protocol.version", v));
+        }
+        if t.handshake_error.is_some() && error.is_none() {
+            error = Some("tls_handshake_failed");
+        }
+    }
+    if let Some(et) = error {
+        attrs.push(s("error.type", et));
+    }
+    let kind = match r.direction {
+        Direction::Outbound => SpanKind::Client,
+        Direction::Inbound => SpanKind::Server,
+    };
+    let mut out = vec![Span {
+        trace_id: trace_id.clone(),
+        span_id: root_id.clone(),
+        name: format!("tcp {}:{}", e.server_addr, e.server_port),
+        kind: kind as i32,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end.max(start),
+        attributes: attrs,
+        status: Some(Status {
+            code: if error.is_some() {
+                StatusCode::Error as i32
+            } else {
+                StatusCode::Unset as i32
+            },
+            message: String::new(),
+        }),
+        ..Span::default()
+    }];
+    let mut child = |name: String, from: u64, len: u64, attrs: Vec<KeyValue>| {
+        // Children lie inside their parent.
+        let from = from.clamp(start, end);
+        let to = from.saturating_add(len).min(end.max(from));
+        out.push(Span {
+            trace_id: trace_id.clone(),
+            span_id: ids.span_id(),
+            parent_span_id: root_id.clone(),
+            name,
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: from,
+            end_time_unix_nano: to,
+            attributes: attrs,
+            ..Span::default()
+        });
+    };
+    if let Some(c) = r.connect_ns {
+        child(
+            format!("socket connect {}:{}", r.remote_addr, r.remote_port),
+            start,
+            c,
+            vec![
+                s("network.peer.address", r.remote_addr.to_string()),
+                i("network.peer.port", i64::from(r.remote_port)),
+            ],
+        );
+    }
+    if let Some(t) = &r.tls {
+        if let (Some(from), Some(len)) = (t.handshake_start_unix_ns, t.handshake_ns) {
+            // A client's span runs from the TCP connection (its TLS setup
+            // included), so the phases tile the connection as curl -w does.
+            let setup = t.setup_ns.unwrap_or(0);
+            let name = match r.direction {
+                Direction::Outbound => format!("TLS client handshake {}", e.server_addr),
+                Direction::Inbound => "TLS server handshake".to_owned(),
+            };
+            child(
+                name,
+                from.saturating_sub(setup),
+                len + setup,
+                vec![s("observer.tls.library", t.library)],
+            );
+        }
+    }
+    let wait = match &r.tls {
+        Some(t) => t.ttfb_start_unix_ns.zip(t.ttfb_ns),
+        None => match r.direction {
+            Direction::Outbound => r.first_tx_unix_ns.zip(r.ttfb_ns),
+            Direction::Inbound => r.first_rx_unix_ns.zip(r.ttfb_ns),
+        },
+    };
+    if let Some((from, len)) = wait {
+        child("wait first byte".to_owned(), from, len, Vec::new());
+    }
+    out
+}
+
+/// One export request for many records, one resource per process.
+pub fn request(
+    records: &[ConnRecord],
+    host: &str,
+    service_name: Option<&str>,
+    ids: &mut Ids,
+) -> ExportTraceServiceRequest {
+    let mut by_pid: HashMap<Option<u32>, (Vec<KeyValue>, Vec<Span>)> = HashMap::new();
+    for r in records {
+        let entry = by_pid
+            .entry(r.pid)
+            .or_insert_with(|| (resource(r, host, service_name), Vec::new()));
+        entry.1.extend(spans(r, ids));
+    }
+    ExportTraceServiceRequest {
+        resource_spans: by_pid
+            .into_values()
+            .map(|(attributes, spans)| ResourceSpans {
+                resource: Some(Resource {
+                    attributes,
+                    ..Resource::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "observer".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::{Conn, AF_INET, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED};
+
+    use super::*;
+    use crate::{clock::Clock, record::State};
+
+    #[test]
+    fn a_connection_is_a_root_with_phases_inside_it() {
+        let mut c = Conn {
+            start_ns: 1_000,
+            established_ns: 3_000,
+            first_tx_ns: 4_000,
+            first_rx_ns: 9_000,
+            end_ns: 10_000,
+            dport: 80,
+            family: AF_INET,
+            direction: DIR_OUTBOUND,
+            flags: FLAG_OWNED | FLAG_ESTABLISHED,
+            pid: 42,
+            ..Conn::default()
+        };
+        c.daddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+        let r = ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed);
+        let s = spans(&r, &mut Ids::new());
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].name, "tcp 10.0.0.1:80");
+        assert_eq!(s[0].kind, SpanKind::Client as i32);
+        assert!(s[0].parent_span_id.is_empty());
+        assert_eq!(
+            (
+                s[1].name.as_str(),
+                s[1].start_time_unix_nano,
+                s[1].end_time_unix_nano
+            ),
+            ("socket connect 10.0.0.1:80", 1_000, 3_000)
+        );
+        assert_eq!(
+            (
+                s[2].name.as_str(),
+                s[2].start_time_unix_nano,
+                s[2].end_time_unix_nano
+            ),
+            ("wait first byte", 4_000, 9_000)
+        );
+        for child in &s[1..] {
+            assert_eq!(child.parent_span_id, s[0].span_id);
+            assert_eq!(child.trace_id, s[0].trace_id);
+        }
+        let req = request(&[r.clone(), r], "h", None, &mut Ids::new());
+        assert_eq!(req.resource_spans.len(), 1, "one resource per process");
+        assert_eq!(req.resource_spans[0].scope_spans[0].spans.len(), 6);
+    }
+}

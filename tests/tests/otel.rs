@@ -1,0 +1,830 @@
+//! `observer run`: OTLP traces and metrics to a receiver of the test's own
+//! (gRPC, built from opentelemetry-proto's tonic service, and HTTP/protobuf),
+//! the Prometheus endpoint, and config errors.
+//! Needs root (loads eBPF); see tests/src/lib.rs.
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use opentelemetry_proto::tonic::{
+    collector::{
+        metrics::v1::{
+            metrics_service_server::{MetricsService, MetricsServiceServer},
+            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+        },
+        trace::v1::{
+            trace_service_server::{TraceService, TraceServiceServer},
+            ExportTraceServiceRequest, ExportTraceServiceResponse,
+        },
+    },
+    common::v1::{any_value::Value as AnyV, KeyValue},
+    trace::v1::{span::SpanKind, Span},
+};
+use prost::Message;
+use serde_json::Value;
+use tests::*;
+
+/// One observer at a time in this binary (see tls.rs: an observer that
+/// stops delays the uprobes of one that starts).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Default, Clone)]
+struct Received {
+    traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
+    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Received {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.traces.lock().unwrap().push(req.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for Received {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.metrics.lock().unwrap().push(req.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC receiver on a free port, served from a background thread.
+fn grpc_receiver() -> (Received, u16) {
+    let rec = Received::default();
+    let (port, stop) = serve_grpc(&rec, 0);
+    std::mem::forget(stop);
+    (rec, port)
+}
+
+/// Serves `rec` on `port` (0: any) until the returned sender is dropped.
+fn serve_grpc(rec: &Received, port: u16) -> (u16, tokio::sync::oneshot::Sender<()>) {
+    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let r = rec.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            l.set_nonblocking(true).unwrap();
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(r.clone()))
+                .add_service(MetricsServiceServer::new(r))
+                .serve_with_incoming_shutdown(tokio_stream_from(l), async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+    });
+    (port, tx)
+}
+
+fn tokio_stream_from(
+    l: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    tokio_stream::wrappers::TcpListenerStream::new(l)
+}
+
+/// An OTLP/HTTP receiver: decodes POSTs to /v1/traces and /v1/metrics.
+fn http_receiver() -> (Received, u16) {
+    let rec = Received::default();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let r = rec.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut reader = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            let mut len = 0;
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h).unwrap();
+                if h == "\r\n" || h.is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            match path.as_str() {
+                "/v1/traces" => r
+                    .traces
+                    .lock()
+                    .unwrap()
+                    .push(ExportTraceServiceRequest::decode(&body[..]).unwrap()),
+                "/v1/metrics" => r
+                    .metrics
+                    .lock()
+                    .unwrap()
+                    .push(ExportMetricsServiceRequest::decode(&body[..]).unwrap()),
+                _ => {}
+            }
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (rec, port)
+}
+
+/// `observer run` with `env` and `args`; waits for `ready`.
+struct Run {
+    child: Child,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Run {
+    fn start(env: &[(&str, String)], args: &[&str]) -> Run {
+        let mut cmd = Command::new(observer_bin());
+        cmd.args(["run", "--json"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let run = Run { child, stderr: rx };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let line = run
+                .stderr
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("observer run never became ready"));
+            if line.starts_with("ready") {
+                return run;
+            }
+        }
+    }
+
+    /// SIGTERM; returns the summary.
+    fn stop(self) -> Value {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let mut this = std::mem::ManuallyDrop::new(self);
+        let status = this.child.wait().unwrap();
+        assert!(status.success(), "observer run exited {status}");
+        let lines: Vec<String> = this.stderr.iter().collect();
+        let line = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("summary "))
+            .unwrap_or_else(|| panic!("no summary: {lines:?}"));
+        serde_json::from_str(line).unwrap()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // A failed test must not leave an observer running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyV> {
+    attrs
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+fn attr_str(attrs: &[KeyValue], key: &str) -> Option<String> {
+    match attr(attrs, key)? {
+        AnyV::StringValue(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn attr_int(attrs: &[KeyValue], key: &str) -> Option<i64> {
+    match attr(attrs, key)? {
+        AnyV::IntValue(v) => Some(*v),
+        _ => None,
+    }
+}
+
+fn ms_of(span: &Span) -> f64 {
+    (span.end_time_unix_nano - span.start_time_unix_nano) as f64 / 1e6
+}
+
+/// (resource attributes, span) of everything received.
+fn all_spans(rec: &Received) -> Vec<(Vec<KeyValue>, Span)> {
+    rec.traces
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.resource_spans.clone())
+        .flat_map(|rs| {
+            let res = rs.resource.map(|r| r.attributes).unwrap_or_default();
+            rs.scope_spans
+                .into_iter()
+                .flat_map(|s| s.spans)
+                .map(move |sp| (res.clone(), sp))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A plain HTTP server (helpers/server.py) that answers after `delay_ms`.
+fn http_server(delay_ms: u32) -> HelperServer {
+    HelperServer::spawn(Command::new("python3").arg(helper("server.py")).args([
+        "--delay-ms",
+        &delay_ms.to_string(),
+        "--response-bytes",
+        "100",
+    ]))
+}
+
+/// curl's own timings and its pid (the shell exec's into curl).
+fn curl(url: &str) -> (u32, Vec<f64>) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$; exec curl -s -o /dev/null -w '%{{time_connect}} %{{time_starttransfer}} %{{time_pretransfer}}' {url}"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let pid = lines.next().unwrap().trim().parse().unwrap();
+    let t = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|x| x.parse::<f64>().unwrap() * 1e3)
+        .collect();
+    (pid, t)
+}
+
+fn check_traces(rec: &Received, server: &HelperServer, runs: &[(u32, Vec<f64>)]) {
+    let spans = all_spans(rec);
+    for (pid, t) in runs {
+        let mine: Vec<&(Vec<KeyValue>, Span)> = spans
+            .iter()
+            .filter(|(res, _)| attr_int(res, "process.pid") == Some(i64::from(*pid)))
+            .collect();
+        assert!(!mine.is_empty(), "no spans for curl pid {pid}");
+        let res = &mine[0].0;
+        assert_eq!(attr_str(res, "service.name").as_deref(), Some("curl"));
+        assert_eq!(
+            attr_str(res, "process.executable.name").as_deref(),
+            Some("curl")
+        );
+        assert!(attr_str(res, "host.name").is_some());
+        let root = mine
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.parent_span_id.is_empty())
+            .unwrap();
+        assert_eq!(root.name, format!("tcp 127.0.0.1:{}", server.port));
+        assert_eq!(root.kind, SpanKind::Client as i32);
+        assert_eq!(
+            attr_str(&root.attributes, "network.transport").as_deref(),
+            Some("tcp")
+        );
+        assert_eq!(
+            attr_int(&root.attributes, "server.port"),
+            Some(i64::from(server.port))
+        );
+        let child = |name: &str| {
+            mine.iter()
+                .map(|(_, s)| s)
+                .find(|s| s.name.starts_with(name) && s.parent_span_id == root.span_id)
+                .unwrap_or_else(|| panic!("no {name} span under {}", root.name))
+        };
+        let connect = child("socket connect");
+        let wait = child("wait first byte");
+        for c in [connect, wait] {
+            assert_eq!(c.trace_id, root.trace_id);
+            assert!(c.start_time_unix_nano >= root.start_time_unix_nano);
+            assert!(
+                c.end_time_unix_nano <= root.end_time_unix_nano,
+                "{} outside its parent",
+                c.name
+            );
+        }
+        // curl -w: connect = time_connect (DNS is 0 for an IP), first byte =
+        // time_starttransfer - time_pretransfer.
+        assert_near("connect span", ms_of(connect), t[0], 1.0);
+        assert_near("first byte span", ms_of(wait), t[1] - t[2], 1.0);
+    }
+    // The server's side: SERVER spans under the server process's resource.
+    let server_spans: Vec<&(Vec<KeyValue>, Span)> = spans
+        .iter()
+        .filter(|(res, _)| attr_int(res, "process.pid") == Some(i64::from(server.pid())))
+        .collect();
+    assert_eq!(
+        server_spans
+            .iter()
+            .filter(|(_, s)| s.kind == SpanKind::Server as i32)
+            .count(),
+        runs.len()
+    );
+}
+
+fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: {got:.3} ms, curl {want:.3} ms"
+    );
+}
+
+fn count_metric(rec: &Received, name: &str) -> u64 {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let reqs = rec.metrics.lock().unwrap();
+    let Some(last) = reqs.last() else { return 0 };
+    last.resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter(|m| m.name == name)
+        .map(|m| match &m.data {
+            Some(Data::Histogram(h)) => h.data_points.iter().map(|p| p.count).sum(),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn exports_over(protocol: &str, rec: Received, port: u16) {
+    let server = http_server(120);
+    let env = [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        ),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_owned()),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "500".to_owned()),
+    ];
+    let run = Run::start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let runs: Vec<(u32, Vec<f64>)> = (0..3).map(|_| curl(&url)).collect();
+    let summary = run.stop();
+    assert!(
+        summary["export"]["spans_sent"].as_u64() >= Some(9),
+        "{summary:#}"
+    );
+    assert_eq!(summary["export"]["records_dropped"], 0);
+    check_traces(&rec, &server, &runs);
+    // Metrics see every connection: 3 outbound connects.
+    assert_eq!(count_metric(&rec, "observer.tcp.connect.duration"), 3);
+}
+
+#[test]
+fn otlp_grpc_traces_and_metrics() {
+    if !require_root("otlp_grpc") || !require_tool("otlp_grpc", "curl") {
+        return;
+    }
+    let _serial = serial();
+    let (rec, port) = grpc_receiver();
+    exports_over("grpc", rec, port);
+}
+
+#[test]
+fn otlp_http_traces_and_metrics() {
+    if !require_root("otlp_http") || !require_tool("otlp_http", "curl") {
+        return;
+    }
+    let _serial = serial();
+    let (rec, port) = http_receiver();
+    exports_over("http/protobuf", rec, port);
+}
+
+/// The Prometheus endpoint counts every connection in the connect histogram.
+#[test]
+fn prometheus_endpoint() {
+    if !require_root("prometheus") || !require_tool("prometheus", "curl") {
+        return;
+    }
+    let _serial = serial();
+    let server = http_server(0);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let run = Run::start(
+        &[],
+        &[
+            "--prometheus-listen",
+            &listen,
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    for _ in 0..5 {
+        curl(&url);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let text = String::from_utf8(
+        Command::new("curl")
+            .args(["-s", &format!("http://{listen}/metrics")])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    run.stop();
+    let port_label = format!("server_port=\"{}\"", server.port);
+    let count: u64 = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("observer_tcp_connect_duration_seconds_count") && l.contains(&port_label)
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(count, 5, "{text}");
+    assert!(
+        text.contains("# TYPE observer_tcp_connect_duration_seconds histogram"),
+        "{text}"
+    );
+    assert!(text.contains("observer_tcp_connections_total{"), "{text}");
+    assert!(
+        text.contains("observer_events_dropped_total{stage=\"kernel\"}"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_config_is_a_usage_error() {
+    let dir = std::env::temp_dir().join(format!("observer-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, "prometheus_listne = \"127.0.0.1:1\"\n").unwrap();
+    let out = Command::new(observer_bin())
+        .args(["run", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("prometheus_listne"),
+        "the unknown key is named: {err}"
+    );
+    let yaml = dir.join("bad.yaml");
+    std::fs::write(&yaml, "otlp:\n  endpiont: http://x:4317\n").unwrap();
+    let out = Command::new(observer_bin())
+        .args(["run", "--config"])
+        .arg(&yaml)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("otlp.endpiont"), "{err}");
+    let out = Command::new(observer_bin())
+        .arg("run")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("OTEL_EXPORTER_OTLP_ENDPOINT") && err.contains("localhost:4317"),
+        "the variable and its value are named: {err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The root span and its children of the one connection of process `pid`.
+fn trace_of(rec: &Received, pid: u32) -> (Vec<KeyValue>, Span, Vec<Span>) {
+    let spans: Vec<(Vec<KeyValue>, Span)> = all_spans(rec)
+        .into_iter()
+        .filter(|(res, _)| attr_int(res, "process.pid") == Some(i64::from(pid)))
+        .collect();
+    let roots: Vec<&(Vec<KeyValue>, Span)> = spans
+        .iter()
+        .filter(|(_, s)| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(roots.len(), 1, "one connection of pid {pid}: {roots:#?}");
+    let (res, root) = roots[0].clone();
+    let children = spans
+        .into_iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.parent_span_id == root.span_id)
+        .collect();
+    (res, root, children)
+}
+
+fn named<'a>(children: &'a [Span], prefix: &str) -> &'a Span {
+    children
+        .iter()
+        .find(|s| s.name.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no span {prefix}: {children:#?}"))
+}
+
+/// curl and a Python client against a TLS server: each process its own
+/// resource, and the connect / TLS / first-byte spans as the clients timed
+/// them.
+#[test]
+fn tls_phases_match_the_clients_own_timings() {
+    if !require_root("otlp_tls")
+        || !require_tool("otlp_tls", "curl")
+        || !require_tool("otlp_tls", "openssl")
+    {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let server = tls_server(&cert, "tls", 100, 200);
+    let (rec, port) = grpc_receiver();
+    let env = [(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{port}"),
+    )];
+    let run = Run::start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$; exec curl -sk -o /dev/null --resolve tls.test:{p}:127.0.0.1 -w '%{{time_connect}} %{{time_appconnect}} %{{time_starttransfer}}' https://tls.test:{p}/",
+            p = server.port
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let curl_pid: u32 = lines.next().unwrap().trim().parse().unwrap();
+    let t: Vec<f64> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|x| x.parse::<f64>().unwrap() * 1e3)
+        .collect();
+    let py = Command::new("python3")
+        .arg(helper("tls_client.py"))
+        .args([
+            "--port",
+            &server.port.to_string(),
+            "--servername",
+            "py.test",
+        ])
+        .output()
+        .unwrap();
+    let py: Value = serde_json::from_slice(&py.stdout).unwrap();
+    run.stop();
+
+    let (res, root, children) = trace_of(&rec, curl_pid);
+    assert_eq!(attr_str(&res, "service.name").as_deref(), Some("curl"));
+    assert_eq!(root.name, format!("tcp tls.test:{}", server.port));
+    assert_eq!(
+        attr_str(&root.attributes, "server.address").as_deref(),
+        Some("tls.test")
+    );
+    assert_eq!(
+        attr_str(&root.attributes, "observer.tls.library").as_deref(),
+        Some("openssl")
+    );
+    assert_near(
+        "curl connect span",
+        ms_of(named(&children, "socket connect")),
+        t[0],
+        1.0,
+    );
+    assert_near(
+        "curl TLS span",
+        ms_of(named(&children, "TLS client handshake tls.test")),
+        t[1] - t[0],
+        1.0,
+    );
+    assert_near(
+        "curl first byte span",
+        ms_of(named(&children, "wait first byte")),
+        t[2] - t[1],
+        1.0,
+    );
+
+    let py_pid = u32::try_from(py["pid"].as_u64().unwrap()).unwrap();
+    let (res, root, children) = trace_of(&rec, py_pid);
+    assert_eq!(
+        attr_str(&res, "process.executable.name")
+            .as_deref()
+            .map(|n| n.starts_with("python")),
+        Some(true)
+    );
+    assert_eq!(root.name, format!("tcp py.test:{}", server.port));
+    assert_near(
+        "python TLS span",
+        ms_of(named(&children, "TLS client handshake py.test")),
+        py["handshake_ms"].as_f64().unwrap(),
+        1.0,
+    );
+    assert_near(
+        "python first byte span",
+        ms_of(named(&children, "wait first byte")),
+        py["ttfb_ms"][0].as_f64().unwrap(),
+        1.0,
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// The collector goes away for 30 s under load and comes back: the observer
+/// keeps running with bounded memory, counts what it dropped, and spans flow
+/// again.
+#[test]
+fn collector_outage() {
+    if !require_root("otlp_outage") || !require_tool("otlp_outage", "curl") {
+        return;
+    }
+    let _serial = serial();
+    let server = http_server(0);
+    let rec = Received::default();
+    let (port, stop) = serve_grpc(&rec, 0);
+    let env = [(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{port}"),
+    )];
+    let run = Run::start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    let pid = run.child.id();
+    let load_until = Instant::now() + Duration::from_secs(40);
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let load = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while Instant::now() < load_until {
+            // ~100 connections/s in bursts of 10.
+            let mut kids: Vec<Child> = (0..10)
+                .map(|_| {
+                    Command::new("curl")
+                        .args(["-s", "-o", "/dev/null", &url])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            for k in &mut kids {
+                k.wait().unwrap();
+            }
+            n += 10;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        n
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !rec.traces.lock().unwrap().is_empty(),
+        "spans flow before the outage"
+    );
+    drop(stop);
+    let rss_before = rss_kib(pid);
+    let mut rss_max = rss_before;
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_secs(1));
+        rss_max = rss_max.max(rss_kib(pid));
+    }
+    let back = Received::default();
+    let (_, stop2) = serve_grpc(&back, port);
+    let made = load.join().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let summary = run.stop();
+    drop(stop2);
+    assert!(made > 1000, "load made {made} connections");
+    let export = &summary["export"];
+    let lost = export["records_dropped"].as_u64().unwrap() + export["queue_full"].as_u64().unwrap();
+    assert!(
+        lost > 0,
+        "the outage's records are counted as dropped: {export:#}"
+    );
+    assert!(export["export_errors"].as_u64() > Some(0), "{export:#}");
+    assert!(
+        !back.traces.lock().unwrap().is_empty(),
+        "spans flow again after the collector is back: {export:#}"
+    );
+    assert!(
+        rss_max < rss_before + 64 * 1024,
+        "memory bounded during the outage: {rss_before} KiB -> max {rss_max} KiB"
+    );
+}
+
+/// A real Prometheus server (Debian's) scrapes the endpoint; its HTTP API's
+/// count of the connect histogram equals the connections made.
+#[test]
+fn a_real_prometheus_scrapes_the_histograms() {
+    if !require_root("prometheus_server")
+        || !require_tool("prometheus_server", "prometheus")
+        || !require_tool("prometheus_server", "curl")
+    {
+        return;
+    }
+    let _serial = serial();
+    let server = http_server(0);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let run = Run::start(
+        &[],
+        &[
+            "--prometheus-listen",
+            &listen,
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    let dir = std::env::temp_dir().join(format!("observer-prom-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: observer\n    static_configs:\n      - targets: ['{listen}']\n"
+        ),
+    )
+    .unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={prom_addr}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    const N: u64 = 7;
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    for _ in 0..N {
+        curl(&url);
+    }
+    let query = format!(
+        "sum(observer_tcp_connect_duration_seconds_count{{server_port=\"{}\"}})",
+        server.port
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last;
+    let got = loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let out = Command::new("curl")
+            .args(["-s", "--get", "--data-urlencode", &format!("query={query}")])
+            .arg(format!("http://{prom_addr}/api/v1/query"))
+            .output()
+            .unwrap();
+        last = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let v = last["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse::<f64>().ok());
+        if v == Some(N as f64) || Instant::now() > deadline {
+            break v;
+        }
+    };
+    let _ = prom.kill();
+    let _ = prom.wait();
+    run.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(got, Some(N as f64), "Prometheus said {last}");
+}
