@@ -298,6 +298,8 @@ impl Cert {
             ])
             .args(["-nodes", "-days", "2", "-subj", "/CN=tls.test"])
             .args(["-addext", "subjectAltName=DNS:tls.test,IP:127.0.0.1"])
+            // A leaf, not a CA: rustls refuses a CA certificate as a server's own.
+            .args(["-addext", "basicConstraints=critical,CA:FALSE"])
             .arg("-keyout")
             .arg(dir.join("key.pem"))
             .arg("-out")

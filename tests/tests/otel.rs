@@ -76,6 +76,21 @@ fn grpc_receiver() -> (Received, u16) {
 
 /// Serves `rec` on `port` (0: any) until the returned sender is dropped.
 fn serve_grpc(rec: &Received, port: u16) -> (u16, tokio::sync::oneshot::Sender<()>) {
+    serve_grpc_with(rec, port, None)
+}
+
+/// The same over TLS with `cert`'s identity when given.
+fn serve_grpc_with(
+    rec: &Received,
+    port: u16,
+    cert: Option<&Cert>,
+) -> (u16, tokio::sync::oneshot::Sender<()>) {
+    let identity = cert.map(|c| {
+        tonic::transport::Identity::from_pem(
+            std::fs::read(c.cert()).unwrap(),
+            std::fs::read(c.key()).unwrap(),
+        )
+    });
     let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let port = l.local_addr().unwrap().port();
     let r = rec.clone();
@@ -85,7 +100,13 @@ fn serve_grpc(rec: &Received, port: u16) -> (u16, tokio::sync::oneshot::Sender<(
         rt.block_on(async move {
             l.set_nonblocking(true).unwrap();
             let l = tokio::net::TcpListener::from_std(l).unwrap();
-            tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder();
+            if let Some(id) = identity {
+                builder = builder
+                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(id))
+                    .unwrap();
+            }
+            builder
                 .add_service(TraceServiceServer::new(r.clone()))
                 .add_service(MetricsServiceServer::new(r))
                 .serve_with_incoming_shutdown(tokio_stream_from(l), async {
@@ -196,6 +217,10 @@ impl Run {
         let status = this.child.wait().unwrap();
         assert!(status.success(), "observer run exited {status}");
         let lines: Vec<String> = this.stderr.iter().collect();
+        // The observer's warnings, for a failing test's output.
+        for l in lines.iter().filter(|l| l.contains("WARN")) {
+            eprintln!("observer: {l}");
+        }
         let line = lines
             .iter()
             .find_map(|l| l.strip_prefix("summary "))
@@ -827,4 +852,95 @@ fn a_real_prometheus_scrapes_the_histograms() {
     run.stop();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(got, Some(N as f64), "Prometheus said {last}");
+}
+
+/// https endpoints: the collector's certificate is trusted through
+/// OTEL_EXPORTER_OTLP_CERTIFICATE.
+#[test]
+fn otlp_grpc_over_tls() {
+    if !require_root("otlp_tls_endpoint")
+        || !require_tool("otlp_tls_endpoint", "curl")
+        || !require_tool("otlp_tls_endpoint", "openssl")
+    {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let rec = Received::default();
+    let (port, stop) = serve_grpc_with(&rec, 0, Some(&cert));
+    let server = http_server(0);
+    let env = [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("https://127.0.0.1:{port}"),
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            cert.cert().display().to_string(),
+        ),
+    ];
+    let run = Run::start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let (pid, _) = curl(&url);
+    let summary = run.stop();
+    drop(stop);
+    assert_eq!(summary["export"]["export_errors"], 0, "{summary:#}");
+    let (_, root, _) = trace_of(&rec, pid);
+    assert_eq!(root.name, format!("tcp 127.0.0.1:{}", server.port));
+}
+
+/// The same over OTLP/HTTP (rustls with the system's roots and the CA file).
+#[test]
+fn otlp_http_over_tls() {
+    if !require_root("otlp_http_tls")
+        || !require_tool("otlp_http_tls", "curl")
+        || !require_tool("otlp_http_tls", "openssl")
+    {
+        return;
+    }
+    let _serial = serial();
+    let cert = Cert::new();
+    let receiver = HelperServer::spawn(
+        Command::new("python3")
+            .arg(helper("otlp_http_tls.py"))
+            .arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key()),
+    );
+    let server = http_server(0);
+    let env = [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("https://127.0.0.1:{}", receiver.port),
+        ),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()),
+        (
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            cert.cert().display().to_string(),
+        ),
+    ];
+    let run = Run::start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    curl(&format!("http://127.0.0.1:{}/", server.port));
+    let summary = run.stop();
+    let export = &summary["export"];
+    assert_eq!(export["export_errors"], 0, "{export:#}");
+    assert!(export["spans_sent"].as_u64() >= Some(3), "{export:#}");
+    assert!(export["metric_exports"].as_u64() >= Some(1), "{export:#}");
 }

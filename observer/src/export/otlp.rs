@@ -41,6 +41,8 @@ pub struct Signal {
     pub headers: Vec<(String, String)>,
     pub timeout: Duration,
     pub gzip: bool,
+    /// PEM file of CAs to trust besides the system's (https endpoints).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,15 +74,8 @@ fn check_url(key: &str, url: &str) -> Result<(), BadSetting> {
         .parse()
         .map_err(|e| bad(key, url, &format!("not a URL ({e})")))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(bad(
-                key,
-                url,
-                "https endpoints are not supported yet; use a local Collector over http://",
-            ))
-        }
-        _ => return Err(bad(key, url, "the URL must start with http://")),
+        Some("http" | "https") => {}
+        _ => return Err(bad(key, url, "the URL must start with http:// or https://")),
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err(bad(key, url, "the URL has no host"));
@@ -152,12 +147,23 @@ impl OtlpConfig {
                 Some((_, v)) if v == "none" => false,
                 Some((k, v)) => return Err(bad(&k, &v, "expected gzip or none")),
             };
+            let ca_file = match var("CERTIFICATE") {
+                None => None,
+                Some((k, v)) => {
+                    let p = std::path::PathBuf::from(v.trim());
+                    if !p.is_file() {
+                        return Err(bad(&k, &v, "no such file"));
+                    }
+                    Some(p)
+                }
+            };
             Ok(Some(Signal {
                 endpoint,
                 protocol,
                 headers,
                 timeout,
                 gzip,
+                ca_file,
             }))
         };
         let metric_interval = match get("OTEL_METRIC_EXPORT_INTERVAL") {
@@ -191,25 +197,81 @@ enum Sender {
 }
 
 type HttpClient = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
     Full<Bytes>,
 >;
+
+/// An error and its causes, on one line (hyper's own says only "client error").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(&format!(": {c}"));
+        cur = c.source();
+    }
+    s
+}
+
+/// The CA file's certificates, PEM.
+fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// rustls client settings: the system's roots and the configured CA file.
+fn rustls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig, String> {
+    use rustls_pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = ca_file {
+        let pem = read_ca(path)?;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())
+    .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+}
 
 impl Sender {
     fn new(sig: &Signal) -> Result<Self, String> {
         match sig.protocol {
             Protocol::Grpc => {
-                let ch = tonic::transport::Channel::from_shared(sig.endpoint.clone())
+                let mut ep = tonic::transport::Channel::from_shared(sig.endpoint.clone())
                     .map_err(|e| e.to_string())?
                     .timeout(sig.timeout)
-                    .connect_timeout(sig.timeout)
-                    .connect_lazy();
-                Ok(Sender::Grpc(ch))
+                    .connect_timeout(sig.timeout);
+                if sig.endpoint.starts_with("https://") {
+                    let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+                    if let Some(ca) = &sig.ca_file {
+                        tls = tls
+                            .ca_certificate(tonic::transport::Certificate::from_pem(read_ca(ca)?));
+                    }
+                    ep = ep.tls_config(tls).map_err(|e| e.to_string())?;
+                }
+                Ok(Sender::Grpc(ep.connect_lazy()))
             }
-            Protocol::HttpProtobuf => Ok(Sender::Http(Box::new(
-                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                    .build_http(),
-            ))),
+            Protocol::HttpProtobuf => {
+                let https = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(rustls_config(sig.ca_file.as_deref())?)
+                    .https_or_http()
+                    .enable_http1()
+                    .build();
+                Ok(Sender::Http(Box::new(
+                    hyper_util::client::legacy::Client::builder(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .build(https),
+                )))
+            }
         }
     }
 
@@ -252,7 +314,7 @@ impl Sender {
         let resp = tokio::time::timeout(sig.timeout, client.request(req))
             .await
             .map_err(|_| format!("no answer within {:?}", sig.timeout))?
-            .map_err(|e| format!("{e}"))?;
+            .map_err(|e| chain(&e))?;
         let status = resp.status();
         let _ = resp.into_body().collect().await;
         if status.is_success() {
