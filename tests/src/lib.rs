@@ -346,3 +346,20 @@ pub fn tls_server(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Helper
             .args(["--answer-delay-ms", &answer_ms.to_string()]),
     )
 }
+
+/// A test's start: its privileges and tools (see `require_root` and
+/// `require_tool`), then the lock that runs observers one at a time within a
+/// test binary: an observer that starts or stops attaches or closes its
+/// all-process uprobes, each close holding the kernel's trace-event lock for
+/// ~110 ms, which would delay the per-process probes of an observer beside it.
+/// None: the test cannot run here (and said why).
+pub fn begin(test: &str, tools: &[&str]) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if !require_root(test) || !tools.iter().all(|t| require_tool(test, t)) {
+        return None;
+    }
+    Some(
+        LOCK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+}

@@ -30,14 +30,6 @@ use prost::Message;
 use serde_json::Value;
 use tests::*;
 
-/// One observer at a time in this binary (see tls.rs: an observer that
-/// stops delays the uprobes of one that starts).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[derive(Default, Clone)]
 struct Received {
     traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
@@ -435,20 +427,18 @@ fn exports_over(protocol: &str, rec: Received, port: u16) {
 
 #[test]
 fn otlp_grpc_traces_and_metrics() {
-    if !require_root("otlp_grpc") || !require_tool("otlp_grpc", "curl") {
+    let Some(_serial) = begin("otlp_grpc", &["curl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let (rec, port) = grpc_receiver();
     exports_over("grpc", rec, port);
 }
 
 #[test]
 fn otlp_http_traces_and_metrics() {
-    if !require_root("otlp_http") || !require_tool("otlp_http", "curl") {
+    let Some(_serial) = begin("otlp_http", &["curl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let (rec, port) = http_receiver();
     exports_over("http/protobuf", rec, port);
 }
@@ -456,10 +446,9 @@ fn otlp_http_traces_and_metrics() {
 /// The Prometheus endpoint counts every connection in the connect histogram.
 #[test]
 fn prometheus_endpoint() {
-    if !require_root("prometheus") || !require_tool("prometheus", "curl") {
+    let Some(_serial) = begin("prometheus", &["curl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let server = http_server(0);
     let listen = format!("127.0.0.1:{}", free_port());
     let run = Run::start(
@@ -578,13 +567,9 @@ fn named<'a>(children: &'a [Span], prefix: &str) -> &'a Span {
 /// them.
 #[test]
 fn tls_phases_match_the_clients_own_timings() {
-    if !require_root("otlp_tls")
-        || !require_tool("otlp_tls", "curl")
-        || !require_tool("otlp_tls", "openssl")
-    {
+    let Some(_serial) = begin("otlp_tls", &["curl", "openssl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", 100, 200);
     let (rec, port) = grpc_receiver();
@@ -698,10 +683,9 @@ fn rss_kib(pid: u32) -> u64 {
 /// again.
 #[test]
 fn collector_outage() {
-    if !require_root("otlp_outage") || !require_tool("otlp_outage", "curl") {
+    let Some(_serial) = begin("otlp_outage", &["curl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let server = http_server(0);
     let rec = Received::default();
     let (port, stop) = serve_grpc(&rec, 0);
@@ -781,13 +765,9 @@ fn collector_outage() {
 /// count of the connect histogram equals the connections made.
 #[test]
 fn a_real_prometheus_scrapes_the_histograms() {
-    if !require_root("prometheus_server")
-        || !require_tool("prometheus_server", "prometheus")
-        || !require_tool("prometheus_server", "curl")
-    {
+    let Some(_serial) = begin("prometheus_server", &["prometheus", "curl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let server = http_server(0);
     let listen = format!("127.0.0.1:{}", free_port());
     let run = Run::start(
@@ -858,13 +838,9 @@ fn a_real_prometheus_scrapes_the_histograms() {
 /// OTEL_EXPORTER_OTLP_CERTIFICATE.
 #[test]
 fn otlp_grpc_over_tls() {
-    if !require_root("otlp_tls_endpoint")
-        || !require_tool("otlp_tls_endpoint", "curl")
-        || !require_tool("otlp_tls_endpoint", "openssl")
-    {
+    let Some(_serial) = begin("otlp_tls_endpoint", &["curl", "openssl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let rec = Received::default();
     let (port, stop) = serve_grpc_with(&rec, 0, Some(&cert));
@@ -900,13 +876,9 @@ fn otlp_grpc_over_tls() {
 /// The same over OTLP/HTTP (rustls with the system's roots and the CA file).
 #[test]
 fn otlp_http_over_tls() {
-    if !require_root("otlp_http_tls")
-        || !require_tool("otlp_http_tls", "curl")
-        || !require_tool("otlp_http_tls", "openssl")
-    {
+    let Some(_serial) = begin("otlp_http_tls", &["curl", "openssl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let receiver = HelperServer::spawn(
         Command::new("python3")

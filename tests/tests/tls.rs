@@ -23,20 +23,6 @@ const SLACK_MS: f64 = 3.0;
 /// The test server's answer: headers and a 5-byte body.
 const RESPONSE_LEN: u64 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".len() as u64 + 5;
 
-fn needs(test: &str, tools: &[&str]) -> bool {
-    require_root(test) && tools.iter().all(|t| require_tool(test, t))
-}
-
-/// One observer at a time in this binary: an observer that starts or stops
-/// attaches or closes its all-process uprobes, each close holding the
-/// kernel's trace event lock for ~110 ms, which would delay the per-process
-/// probes of the observer of a test running beside it.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
     let out = cmd.stderr(Stdio::inherit()).output().unwrap();
     assert!(out.status.success(), "{cmd:?} failed: {}", out.status);
@@ -125,10 +111,9 @@ fn uprobe_events_of(observer_pid: u32) -> Vec<String> {
 
 #[test]
 fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
-    if !needs("curl_tls", &["curl", "openssl", "python3"]) {
+    let Some(_serial) = begin("curl_tls", &["curl", "openssl", "python3"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let port = server.port.to_string();
@@ -215,10 +200,9 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
 
 #[test]
 fn python_node_and_gnutls_clients() {
-    if !needs("clients_tls", &["openssl", "python3", "node", "wget"]) {
+    let Some(_serial) = begin("clients_tls", &["openssl", "python3", "node", "wget"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let port = server.port.to_string();
@@ -280,10 +264,9 @@ fn python_node_and_gnutls_clients() {
 /// answer, which is the backend's.
 #[test]
 fn nginx_server_side() {
-    if !needs("nginx_tls", &["openssl", "python3", "nginx"]) {
+    let Some(_serial) = begin("nginx_tls", &["openssl", "python3", "nginx"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     const BACKEND_MS: u32 = 150;
     let cert = Cert::new();
     let backend = tls_server(&cert, "plain", 0, BACKEND_MS);
@@ -344,10 +327,9 @@ fn nginx_server_side() {
 
 #[test]
 fn client_started_before_the_observer() {
-    if !needs("early_client_tls", &["openssl", "python3"]) {
+    let Some(_serial) = begin("early_client_tls", &["openssl", "python3"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let go = cert.dir.join("go");
@@ -374,10 +356,9 @@ fn client_started_before_the_observer() {
 
 #[test]
 fn failed_handshakes() {
-    if !needs("failed_tls", &["openssl", "python3", "curl"]) {
+    let Some(_serial) = begin("failed_tls", &["openssl", "python3", "curl"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let plain_target = tls_server(&cert, "tls", 0, 0);
     let closer = tls_server(&cert, "close-on-hello", 0, 0);
@@ -420,10 +401,9 @@ fn failed_handshakes() {
 /// handshake; a server's is sound (request in -> answer out).
 #[test]
 fn without_plaintext_probes_times_come_from_the_socket() {
-    if !needs("socket_tls", &["openssl", "python3"]) {
+    let Some(_serial) = begin("socket_tls", &["openssl", "python3"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let w = Watch::start(&[
@@ -464,10 +444,9 @@ fn without_plaintext_probes_times_come_from_the_socket() {
 /// its per-call probes: its next connection is timed from the socket.
 #[test]
 fn busy_processes_fall_back_to_socket_timing() {
-    if !needs("busy_tls", &["openssl", "python3"]) {
+    let Some(_serial) = begin("busy_tls", &["openssl", "python3"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", 0, 0);
     let w = Watch::start(&[
@@ -509,10 +488,9 @@ fn busy_processes_fall_back_to_socket_timing() {
 /// through /proc/PID/root and probes that file.
 #[test]
 fn a_library_only_another_mount_namespace_sees() {
-    if !needs("namespace_tls", &["openssl", "python3", "unshare", "mount"]) {
+    let Some(_serial) = begin("namespace_tls", &["openssl", "python3", "unshare", "mount"]) else {
         return;
-    }
-    let _serial = serial();
+    };
     let libdir = [
         "/usr/lib/x86_64-linux-gnu",
         "/lib/x86_64-linux-gnu",
