@@ -27,6 +27,18 @@ pub enum Command {
     /// OpenTelemetry traces and metrics (OTLP, configured by the standard
     /// OTEL_EXPORTER_OTLP_* variables) and a Prometheus endpoint.
     Run(RunArgs),
+    /// A snapshot of the GPUs (NVML): devices and the processes using them.
+    Gpu(GpuArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GpuArgs {
+    /// One JSON array of devices instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The NVML library to load (default libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

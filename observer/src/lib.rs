@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod ebpf;
 pub mod export;
 pub mod filter;
+pub mod gpu;
 pub mod output;
 pub mod privileges;
 pub mod process;

@@ -41,6 +41,7 @@ fn main() -> ExitCode {
             };
             run_pipeline(args.watch, Some(setup))
         }
+        Command::Gpu(args) => gpu(&args),
         Command::Doctor(args) => {
             let report = doctor::run();
             if args.json {
@@ -58,6 +59,54 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn gpu(args: &observer::cli::GpuArgs) -> ExitCode {
+    let mut gpus = match observer::gpu::Gpus::open(args.nvml_lib.as_deref()) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("observer: {e}: GPU features are off");
+            return ExitCode::FAILURE;
+        }
+    };
+    let devices = gpus.sample();
+    if args.json {
+        match serde_json::to_string_pretty(&devices) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return fail(&e.into()),
+        }
+    } else {
+        for d in &devices {
+            match &d.error {
+                Some(e) => println!("GPU {}: error: {e}", d.index),
+                None => println!(
+                    "GPU {} {} {}: util {}% mem-util {}% memory {}/{} MiB, {} C, {} W, {} processes",
+                    d.index,
+                    d.name.as_deref().unwrap_or("?"),
+                    d.uuid.as_deref().unwrap_or("?"),
+                    d.utilization_gpu_pct.map_or("-".into(), |v| v.to_string()),
+                    d.utilization_memory_pct.map_or("-".into(), |v| v.to_string()),
+                    d.memory_used_bytes.map_or("-".into(), |v| (v >> 20).to_string()),
+                    d.memory_total_bytes.map_or("-".into(), |v| (v >> 20).to_string()),
+                    d.temperature_c.map_or("-".into(), |v| v.to_string()),
+                    d.power_w.map_or("-".into(), |v| format!("{v:.0}")),
+                    d.processes.len()
+                ),
+            }
+            for p in &d.processes {
+                println!(
+                    "  pid {} memory {} MiB sm {}%",
+                    p.pid,
+                    p.used_memory_bytes.map_or("-".into(), |v| (v >> 20).to_string()),
+                    p.sm_util_pct.map_or("-".into(), |v| v.to_string())
+                );
+            }
+        }
+        if devices.is_empty() {
+            println!("NVML loaded; no GPU");
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_pipeline(args: observer::cli::WatchArgs, export: Option<watch::ExportSetup>) -> ExitCode {
