@@ -90,6 +90,13 @@ pub struct WatchArgs {
     /// Processes with per-call TLS probes at once (auto policy).
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub tls_plaintext_max_processes: u64,
+    /// The NVML library to load for GPU state (default libnvidia-ml.so.1;
+    /// without it GPU features are off and everything else runs).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<String>,
+    /// How often the GPUs are sampled, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub gpu_interval: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -70,42 +70,16 @@ fn gpu(args: &observer::cli::GpuArgs) -> ExitCode {
         }
     };
     let devices = gpus.sample();
-    if args.json {
+    let text = if args.json {
         match serde_json::to_string_pretty(&devices) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => s + "\n",
             Err(e) => return fail(&e.into()),
         }
     } else {
-        for d in &devices {
-            match &d.error {
-                Some(e) => println!("GPU {}: error: {e}", d.index),
-                None => println!(
-                    "GPU {} {} {}: util {}% mem-util {}% memory {}/{} MiB, {} C, {} W, {} processes",
-                    d.index,
-                    d.name.as_deref().unwrap_or("?"),
-                    d.uuid.as_deref().unwrap_or("?"),
-                    d.utilization_gpu_pct.map_or("-".into(), |v| v.to_string()),
-                    d.utilization_memory_pct.map_or("-".into(), |v| v.to_string()),
-                    d.memory_used_bytes.map_or("-".into(), |v| (v >> 20).to_string()),
-                    d.memory_total_bytes.map_or("-".into(), |v| (v >> 20).to_string()),
-                    d.temperature_c.map_or("-".into(), |v| v.to_string()),
-                    d.power_w.map_or("-".into(), |v| format!("{v:.0}")),
-                    d.processes.len()
-                ),
-            }
-            for p in &d.processes {
-                println!(
-                    "  pid {} memory {} MiB sm {}%",
-                    p.pid,
-                    p.used_memory_bytes.map_or("-".into(), |v| (v >> 20).to_string()),
-                    p.sm_util_pct.map_or("-".into(), |v| v.to_string())
-                );
-            }
-        }
-        if devices.is_empty() {
-            println!("NVML loaded; no GPU");
-        }
-    }
+        observer::gpu::nvml::text(&devices)
+    };
+    // A closed stdout (`| head`) is not an error of ours.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     ExitCode::SUCCESS
 }
 

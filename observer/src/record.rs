@@ -49,7 +49,7 @@ pub struct Owner {
     pub exe: Option<Arc<str>>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConnRecord {
     /// Always "connection" (DNS records will carry "dns").
     pub kind: &'static str,
@@ -84,6 +84,9 @@ pub struct ConnRecord {
     pub error: Option<&'static str>,
     /// TLS phases (null when no TLS library call was seen on the connection).
     pub tls: Option<crate::tls::TlsRecord>,
+    /// The GPUs the process held a context on during the connection (null:
+    /// none, or GPU features off).
+    pub gpu: Option<crate::gpu::GpuRecord>,
     /// Wall-clock times of the first byte each way, for the exporters' spans
     /// (the JSON carries the durations).
     #[serde(skip)]
@@ -222,6 +225,7 @@ impl ConnRecord {
             srtt_us: (conn.srtt_us != 0).then_some(conn.srtt_us),
             error: error_of(conn, state),
             tls: None,
+            gpu: None,
             first_tx_unix_ns: (conn.first_tx_ns != 0).then(|| clock.to_unix_ns(conn.first_tx_ns)),
             first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),
         }

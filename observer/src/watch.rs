@@ -34,6 +34,7 @@ use crate::{
         prometheus,
     },
     filter::Filter,
+    gpu,
     output::{self, Format},
     process::ProcessCache,
     record::{ConnRecord, State},
@@ -135,6 +136,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         out: out_tx,
         export: None,
         metrics: None,
+        gpu: None,
     };
     let mut exporter = None;
     let mut export_stats = None;
@@ -147,8 +149,30 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         export_stats = Some(stats);
         prometheus = prom;
     }
+    // GPUs: sampled on a thread of their own; without NVML, one line says so.
+    let (gpu_history, gpu_stop, gpu_line) = match gpu::Gpus::open(args.nvml_lib.as_deref()) {
+        Ok(g) => {
+            let n = g.device_count();
+            let history = Arc::new(Mutex::new(gpu::History::default()));
+            let (stop_tx, stop_rx) = std::sync::mpsc::channel();
+            gpu::history::spawn_poller(
+                g,
+                Duration::from_millis(args.gpu_interval),
+                Arc::clone(&history),
+                stop_rx,
+            )
+            .context("starting the GPU poller")?;
+            (
+                Some(history),
+                Some(stop_tx),
+                format!("GPU: {n} devices (NVML)"),
+            )
+        }
+        Err(e) => (None, None, format!("GPU: off ({e})")),
+    };
+    sinks.gpu = gpu_history.clone();
     let ready = format!(
-        "{}; {}",
+        "{}; {}; {gpu_line}",
         ready_line(&reports, opts.max_connections),
         tls.summary()
     );
@@ -185,6 +209,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
 
     reader.await.context("reader task")??;
     let end = correlator.await.context("correlator task")?;
+    drop(gpu_stop);
     // The correlator dropped the exporter's queue: it flushes and ends.
     if let Some(task) = exporter {
         if tokio::time::timeout(EXPORT_FLUSH, task).await.is_err() {
@@ -356,6 +381,8 @@ struct Sinks {
     export: Option<mpsc::Sender<ConnRecord>>,
     /// Histograms and counters (Prometheus, OTLP metrics).
     metrics: Option<Arc<Mutex<Metrics>>>,
+    /// GPU samples, joined to the records of processes that use a GPU.
+    gpu: Option<Arc<Mutex<gpu::History>>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -372,10 +399,20 @@ async fn correlate(
     let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let emit = |r: ConnRecord| {
+    let emit = |mut r: ConnRecord| {
         if !filter.matches(&r) {
             Stats::add(&stats.filtered, 1);
             return;
+        }
+        if let (Some(h), Some(pid)) = (&sinks.gpu, r.pid) {
+            let end = r.end_unix_ns.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+            });
+            if let Ok(h) = h.lock() {
+                r.gpu = h.join(pid, r.start_unix_ns, end);
+            }
         }
         let counter = match r.state {
             State::Closed => &stats.closed,

@@ -127,10 +127,16 @@ fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
 impl Watch {
     /// Starts `observer watch --json ARGS` and waits for its `ready` line.
     pub fn start(args: &[&str]) -> Watch {
+        Self::start_with_env(args, &[])
+    }
+
+    /// The same with environment variables set.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Watch {
         let mut child = Command::new(observer_bin())
             .arg("watch")
             .arg("--json")
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -164,6 +170,11 @@ impl Watch {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// What it printed on stderr up to `ready`.
+    pub fn stderr_seen(&self) -> &[String] {
+        &self.stderr_seen
     }
 
     /// Sends `signal` (SIGTERM or SIGINT) and collects everything it printed.

@@ -71,10 +71,14 @@ pub fn ensure_tools(tools: &[(&str, &str)]) -> Result<()> {
 pub fn run(args: &[String]) -> Result<()> {
     ensure_tools(TOOLS)?;
     run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
-    let bin = workspace_root()?.join("target/release/observer");
+    // The test build of NVML the GPU tests load through --nvml-lib.
+    run_checked(cargo().args(["build", "--release", "--package", "nvml-stub"]))?;
+    let root = workspace_root()?;
+    let bin = root.join("target/release/observer");
     let mut cmd = cargo();
     cmd.args(["test", "--release", "--workspace"])
         .args(args)
-        .env("OBSERVER_BIN", &bin);
+        .env("OBSERVER_BIN", &bin)
+        .env("NVML_STUB", root.join("target/release/libnvml_stub.so"));
     run_checked(&mut cmd).context("tests failed")
 }

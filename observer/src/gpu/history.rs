@@ -71,7 +71,10 @@ impl History {
             if mine.is_empty() {
                 continue;
             }
-            let utils: Vec<u32> = window.iter().filter_map(|s| s.utilization_gpu_pct).collect();
+            let utils: Vec<u32> = window
+                .iter()
+                .filter_map(|s| s.utilization_gpu_pct)
+                .collect();
             let last = window.last().copied();
             devices.push(GpuUse {
                 uuid: last.and_then(|s| s.uuid.clone()),
@@ -80,7 +83,10 @@ impl History {
                     .then(|| f64::from(utils.iter().sum::<u32>()) / utils.len() as f64),
                 memory_used_bytes: last.and_then(|s| s.memory_used_bytes),
                 memory_total_bytes: last.and_then(|s| s.memory_total_bytes),
-                process_used_memory_bytes: mine.iter().filter_map(|(_, p)| p.used_memory_bytes).max(),
+                process_used_memory_bytes: mine
+                    .iter()
+                    .filter_map(|(_, p)| p.used_memory_bytes)
+                    .max(),
                 process_sm_util_pct: mine.iter().filter_map(|(_, p)| p.sm_util_pct).max(),
                 throttle_reasons: window
                     .iter()
@@ -93,7 +99,10 @@ impl History {
 
     /// The latest sample of each device.
     pub fn latest(&self) -> Vec<DeviceSample> {
-        self.devices.values().filter_map(|r| r.back().cloned()).collect()
+        self.devices
+            .values()
+            .filter_map(|r| r.back().cloned())
+            .collect()
     }
 }
 
@@ -104,16 +113,18 @@ pub fn spawn_poller(
     history: Arc<Mutex<History>>,
     stop: std::sync::mpsc::Receiver<()>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("gpu-poller".into()).spawn(move || loop {
-        let samples = gpus.sample();
-        if let Ok(mut h) = history.lock() {
-            h.push(samples);
-        }
-        match stop.recv_timeout(every) {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
-    })
+    std::thread::Builder::new()
+        .name("gpu-poller".into())
+        .spawn(move || loop {
+            let samples = gpus.sample();
+            if let Ok(mut h) = history.lock() {
+                h.push(samples);
+            }
+            match stop.recv_timeout(every) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+        })
 }
 
 #[cfg(test)]

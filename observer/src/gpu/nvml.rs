@@ -160,3 +160,42 @@ impl Gpus {
         s
     }
 }
+
+/// `observer gpu` for people.
+pub fn text(devices: &[DeviceSample]) -> String {
+    use std::fmt::Write;
+    let opt = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
+    let mut out = String::new();
+    for d in devices {
+        let _ = match &d.error {
+            Some(e) => writeln!(out, "GPU {}: error: {e}", d.index),
+            None => writeln!(
+                out,
+                "GPU {} {} {}: util {}% mem-util {}% memory {}/{} MiB, {} C, {} W, {} processes",
+                d.index,
+                d.name.as_deref().unwrap_or("?"),
+                d.uuid.as_deref().unwrap_or("?"),
+                opt(d.utilization_gpu_pct.map(u64::from)),
+                opt(d.utilization_memory_pct.map(u64::from)),
+                opt(d.memory_used_bytes.map(|v| v >> 20)),
+                opt(d.memory_total_bytes.map(|v| v >> 20)),
+                opt(d.temperature_c.map(u64::from)),
+                d.power_w.map_or("-".into(), |v| format!("{v:.0}")),
+                d.processes.len()
+            ),
+        };
+        for p in &d.processes {
+            let _ = writeln!(
+                out,
+                "  pid {} memory {} MiB sm {}%",
+                p.pid,
+                opt(p.used_memory_bytes.map(|v| v >> 20)),
+                opt(p.sm_util_pct.map(u64::from))
+            );
+        }
+    }
+    if devices.is_empty() {
+        out.push_str("NVML loaded; no GPU\n");
+    }
+    out
+}

@@ -1,0 +1,209 @@
+//! GPU state through a test build of NVML (tests/nvml-stub: the C functions
+//! observer calls, loaded through the same `--nvml-lib` path users use, values
+//! set by the test per device and per process over time).
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::PathBuf,
+    process::Command,
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+use tests::*;
+
+/// The stub library: $NVML_STUB (set by `cargo xtask test`), else the
+/// release build's.
+fn stub() -> PathBuf {
+    let p = std::env::var_os("NVML_STUB").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/libnvml_stub.so"),
+        PathBuf::from,
+    );
+    assert!(
+        p.exists(),
+        "{} missing: `cargo build --release -p nvml-stub` (cargo xtask test does)",
+        p.display()
+    );
+    p
+}
+
+/// A stub config file; `set` rewrites it atomically (the stub re-reads it
+/// when it changes).
+struct StubConfig(PathBuf);
+
+impl StubConfig {
+    fn new(v: &Value) -> StubConfig {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "observer-nvml-{}-{}.json",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let c = StubConfig(p);
+        c.set(v);
+        c
+    }
+
+    fn set(&self, v: &Value) {
+        let tmp = self.0.with_extension("tmp");
+        std::fs::write(&tmp, v.to_string()).unwrap();
+        std::fs::rename(&tmp, &self.0).unwrap();
+    }
+}
+
+impl Drop for StubConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn devices(gpu_pid: u32, util: u32) -> Value {
+    json!({"devices": [
+        {"uuid": "GPU-00000000-aaaa", "name": "Stub H200", "util_gpu": util, "util_mem": 10,
+         "mem_used": 1_048_576_000u64, "mem_total": 8_388_608_000u64, "temp": 50, "power_mw": 120_500,
+         "sm_clock": 1500, "processes": [{"pid": gpu_pid, "used_memory": 524_288_000u64, "sm_util": util}]},
+        {"uuid": "GPU-00000001-bbbb", "name": "Stub H200", "util_gpu": 5, "mem_total": 8_388_608_000u64},
+        {"error": "gpu_lost"}
+    ]})
+}
+
+#[test]
+fn gpu_snapshot_two_devices_and_one_that_errors() {
+    let cfg = StubConfig::new(&devices(4242, 40));
+    let out = Command::new(observer_bin())
+        .args(["gpu", "--json", "--nvml-lib"])
+        .arg(stub())
+        .env("NVML_STUB_CONFIG", &cfg.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = v.as_array().unwrap();
+    assert_eq!(d.len(), 3);
+    assert_eq!(d[0]["index"], 0);
+    assert_eq!(d[0]["uuid"], "GPU-00000000-aaaa");
+    assert_eq!(d[0]["name"], "Stub H200");
+    assert_eq!(d[0]["utilization_gpu_pct"], 40);
+    assert_eq!(d[0]["utilization_memory_pct"], 10);
+    assert_eq!(d[0]["memory_used_bytes"], 1_048_576_000u64);
+    assert_eq!(d[0]["memory_total_bytes"], 8_388_608_000u64);
+    assert_eq!(d[0]["temperature_c"], 50);
+    assert_eq!(d[0]["power_w"], 120.5);
+    assert_eq!(
+        d[0]["processes"],
+        json!([{"pid": 4242, "used_memory_bytes": 524_288_000u64, "sm_util_pct": 40}])
+    );
+    assert_eq!(d[1]["processes"], json!([]));
+    assert_eq!(d[1]["error"], Value::Null);
+    // The lost device costs only itself.
+    assert!(d[2]["error"].as_str().unwrap().contains("bus"), "{}", d[2]);
+    assert_eq!(d[2]["uuid"], Value::Null);
+}
+
+#[test]
+fn without_nvml_gpu_features_are_off_and_the_rest_runs() {
+    let out = Command::new(observer_bin())
+        .args(["gpu", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("NVML could not be loaded") && err.contains("GPU features are off"),
+        "{err}"
+    );
+    let Some(_serial) = begin("gpu_off", &[]) else {
+        return;
+    };
+    let w = Watch::start(&[
+        "--nvml-lib",
+        "/nonexistent/libnvidia-ml.so.1",
+        "--port",
+        "1",
+    ]);
+    let ready = w
+        .stderr_seen()
+        .iter()
+        .find(|l| l.starts_with("ready"))
+        .cloned()
+        .unwrap();
+    assert!(ready.contains("GPU: off"), "{ready}");
+    let out = w.stop();
+    assert!(out.records.iter().all(|r| r["gpu"].is_null()));
+}
+
+/// A server that holds a GPU context answers slowly; its GPU's utilization
+/// goes from 10% to 90% during the request: the server's record carries the
+/// device and both values, the client's record carries none.
+#[test]
+fn a_gpu_servers_records_carry_its_gpu_during_the_request() {
+    let Some(_serial) = begin("gpu_join", &["python3"]) else {
+        return;
+    };
+    let server = HelperServer::spawn(Command::new("python3").arg(helper("server.py")).args([
+        "--delay-ms",
+        "800",
+        "--response-bytes",
+        "100",
+    ]));
+    let cfg = StubConfig::new(&devices(server.pid(), 10));
+    let stub = stub();
+    let w = Watch::start_with_env(
+        &[
+            "--port",
+            &server.port.to_string(),
+            "--nvml-lib",
+            stub.to_str().unwrap(),
+            "--gpu-interval",
+            "50",
+        ],
+        &[("NVML_STUB_CONFIG", cfg.0.to_str().unwrap())],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    s.write_all(b"request").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    cfg.set(&devices(server.pid(), 90));
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).unwrap();
+    let client_port = s.local_addr().unwrap().port();
+    drop(s);
+    let out = w.stop();
+    let inbound = out
+        .records
+        .iter()
+        .find(|r| r["direction"] == "inbound" && r["remote_port"] == json!(client_port))
+        .unwrap();
+    assert_eq!(inbound["pid"], server.pid());
+    let g = &inbound["gpu"]["devices"];
+    assert_eq!(
+        g.as_array().unwrap().len(),
+        1,
+        "only the device it holds a context on: {inbound:#}"
+    );
+    let d = &g[0];
+    assert_eq!(d["uuid"], "GPU-00000000-aaaa");
+    assert_eq!(d["utilization_gpu_pct_max"], 90, "{d}");
+    let avg = d["utilization_gpu_pct_avg"].as_f64().unwrap();
+    assert!(
+        avg > 10.0 && avg < 90.0,
+        "both values during the request: {avg}"
+    );
+    assert_eq!(d["memory_total_bytes"], 8_388_608_000u64);
+    assert_eq!(d["process_used_memory_bytes"], 524_288_000u64);
+    let outbound = out
+        .records
+        .iter()
+        .find(|r| r["direction"] == "outbound" && r["local_port"] == json!(client_port))
+        .unwrap();
+    assert!(
+        outbound["gpu"].is_null(),
+        "the client holds no GPU: {outbound:#}"
+    );
+}
