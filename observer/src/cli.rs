@@ -133,6 +133,9 @@ pub struct DoctorArgs {
     /// Machine-readable report.
     #[arg(long)]
     pub json: bool,
+    /// The NVML library to try (default libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<String>,
 }
 
 fn parse_seconds_or_zero(s: &str) -> Result<Duration, String> {

@@ -14,6 +14,29 @@ use crate::{
 };
 
 #[derive(Debug, Serialize)]
+pub struct GpuReport {
+    pub nvml_lib: String,
+    pub devices: Option<u32>,
+    pub error: Option<String>,
+}
+
+fn gpu_report(lib: Option<&str>) -> GpuReport {
+    let nvml_lib = lib.unwrap_or(crate::gpu::nvml::DEFAULT_LIB).to_owned();
+    match crate::gpu::Gpus::open(lib) {
+        Ok(g) => GpuReport {
+            nvml_lib,
+            devices: Some(g.device_count()),
+            error: None,
+        },
+        Err(e) => GpuReport {
+            nvml_lib,
+            devices: None,
+            error: Some(e.err),
+        },
+    }
+}
+
+#[derive(Debug, Serialize)]
 pub struct Report {
     pub kernel: String,
     pub btf: bool,
@@ -35,6 +58,8 @@ pub struct Report {
     /// TLS libraries found on this machine and in running processes, and the
     /// handshake probes attached to each (null when nothing could be tried).
     pub tls: Option<TlsReport>,
+    /// GPUs through NVML: the device count, or why GPU features are off.
+    pub gpu: GpuReport,
     /// True when the observer can run (every required probe attached).
     pub ok: bool,
 }
@@ -60,7 +85,7 @@ fn untried(reason: &str) -> Vec<ProbeReport> {
         .collect()
 }
 
-pub fn run() -> Report {
+pub fn run(nvml_lib: Option<&str>) -> Report {
     let p = Privileges::current();
     let mut report = Report {
         kernel: kernel_release(),
@@ -77,6 +102,7 @@ pub fn run() -> Report {
         emit_at_destroy: false,
         probes: Vec::new(),
         tls: None,
+        gpu: gpu_report(nvml_lib),
         ok: false,
     };
     if !p.sufficient() {
@@ -206,6 +232,17 @@ pub fn print(r: &Report) {
         }
     }
     print_tls(r.tls.as_ref());
+    match (&r.gpu.devices, &r.gpu.error) {
+        (Some(n), _) => println!(
+            "GPUs: {n} devices through NVML ({}): GPU state on records and metrics",
+            r.gpu.nvml_lib
+        ),
+        (None, e) => println!(
+            "GPUs: off, NVML not loaded from {} ({}): records carry \"gpu\": null, no GPU metrics",
+            r.gpu.nvml_lib,
+            e.as_deref().unwrap_or("?")
+        ),
+    }
     let attached = r.probes.iter().filter(|p| p.attached()).count();
     if r.ok {
         println!("verdict: ok, {attached}/{} probes attach", r.probes.len());

@@ -39,11 +39,15 @@ fn main() -> ExitCode {
                 settings,
                 print: args.print,
             };
-            run_pipeline(args.watch, Some(setup))
+            let mut watch_args = args.watch;
+            if watch_args.nvml_lib.is_none() {
+                watch_args.nvml_lib = file.nvml_lib.clone();
+            }
+            run_pipeline(watch_args, Some(setup))
         }
         Command::Gpu(args) => gpu(&args),
         Command::Doctor(args) => {
-            let report = doctor::run();
+            let report = doctor::run(args.nvml_lib.as_deref());
             if args.json {
                 match serde_json::to_string_pretty(&report) {
                     Ok(s) => println!("{s}"),

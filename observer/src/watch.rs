@@ -463,6 +463,12 @@ async fn correlate(
                 table.set_clock(Clock::sample());
                 if let Some(m) = &sinks.metrics {
                     health(m, &stats, &counters);
+                    if let Some(h) = &sinks.gpu {
+                        let latest = h.lock().map(|h| h.latest()).unwrap_or_default();
+                        if let Ok(mut m) = m.lock() {
+                            crate::export::metrics::gpu_gauges(&mut m, &latest);
+                        }
+                    }
                 }
                 if !update_interval.is_zero() {
                     let interval = update_interval.as_nanos() as u64;
@@ -502,7 +508,11 @@ async fn start_export(e: ExportSetup, probes_attached: u64) -> anyhow::Result<Ex
         .map_or(0, |d| d.as_nanos() as u64);
     let metrics = Arc::new(Mutex::new(Metrics::new(s.max_series, now)));
     if let Ok(mut m) = metrics.lock() {
-        m.set_gauge(crate::export::metrics::PROBES, Vec::new(), probes_attached);
+        m.set_gauge(
+            crate::export::metrics::PROBES,
+            Vec::new(),
+            probes_attached as f64,
+        );
     }
     let prometheus = match s.prometheus_listen {
         Some(addr) => {

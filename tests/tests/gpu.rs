@@ -104,6 +104,17 @@ fn gpu_snapshot_two_devices_and_one_that_errors() {
     // The lost device costs only itself.
     assert!(d[2]["error"].as_str().unwrap().contains("bus"), "{}", d[2]);
     assert_eq!(d[2]["uuid"], Value::Null);
+    // doctor reports the same library's devices.
+    if require_root("gpu_doctor") {
+        let out = Command::new(observer_bin())
+            .args(["doctor", "--json", "--nvml-lib"])
+            .arg(stub())
+            .env("NVML_STUB_CONFIG", &cfg.0)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["gpu"]["devices"], 3, "{}", v["gpu"]);
+    }
 }
 
 #[test]
@@ -205,5 +216,69 @@ fn a_gpu_servers_records_carry_its_gpu_during_the_request() {
     assert!(
         outbound["gpu"].is_null(),
         "the client holds no GPU: {outbound:#}"
+    );
+}
+
+/// GPU gauges reach the Prometheus endpoint (and so OTLP, from the same
+/// metrics), per device by `hw.id` and per process.
+#[test]
+fn gpu_metrics_on_the_prometheus_endpoint() {
+    let Some(_serial) = begin("gpu_metrics", &["curl"]) else {
+        return;
+    };
+    let cfg = StubConfig::new(&devices(std::process::id(), 40));
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(observer_bin())
+        .args([
+            "run",
+            "--json",
+            "--duration",
+            "3",
+            "--gpu-interval",
+            "50",
+            "--port",
+            "1",
+        ])
+        .args(["--prometheus-listen", &listen, "--nvml-lib"])
+        .arg(stub())
+        .env("NVML_STUB_CONFIG", &cfg.0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("ready") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0,
+            "no ready line"
+        );
+    }
+    assert!(line.contains("GPU: 3 devices"), "{line}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = String::from_utf8(
+        Command::new("curl")
+            .args(["-s", &format!("http://{listen}/metrics")])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        text.contains("hw_gpu_utilization{hw_id=\"GPU-00000000-aaaa\"} 0.4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hw_gpu_memory_limit{hw_id=\"GPU-00000000-aaaa\"} 8388608000"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hw_errors{error_type=\"unavailable\",hw_id=\"index-2\"} 1"),
+        "the lost device: {text}"
+    );
+    assert!(
+        text.contains("observer_gpu_process_memory_usage{hw_id=\"GPU-00000000-aaaa\",process_executable_name=\"gpu-"),
+        "this test process's GPU memory: {text}"
     );
 }

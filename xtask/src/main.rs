@@ -44,6 +44,10 @@ enum Task {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
+    /// On a machine with an NVIDIA GPU: build, then compare `observer gpu
+    /// --json` with nvidia-smi and check a short `observer watch` while this
+    /// check holds a CUDA context (tests/helpers/gpu_check.py).
+    GpuCheck,
     /// Run every test: unit tests and the end-to-end tests (as root).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -78,6 +82,18 @@ fn main() -> Result<()> {
             bench::run(&args)
         }
         Task::FloodHold { args } => bench::load::hold(&args),
+        Task::GpuCheck => {
+            setup::run()?;
+            build(true)?;
+            let root = workspace_root()?;
+            let status = Command::new("python3")
+                .arg(root.join("tests/helpers/gpu_check.py"))
+                .arg(root.join("target/release/observer"))
+                .status()
+                .context("running tests/helpers/gpu_check.py")?;
+            anyhow::ensure!(status.success(), "gpu-check failed");
+            Ok(())
+        }
         Task::Test { args } => {
             setup::run()?;
             test::run(&args)

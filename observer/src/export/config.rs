@@ -18,6 +18,8 @@ pub struct FileConfig {
     pub slow_threshold_seconds: Option<f64>,
     pub service_name: Option<String>,
     pub max_series: Option<usize>,
+    /// The NVML library (`--nvml-lib` overrides it).
+    pub nvml_lib: Option<String>,
     /// OTEL_* variables by their names without the prefix, lower case
     /// (`endpoint`, `protocol`, `headers`, `traces_endpoint`, ...).
     #[serde(default)]

@@ -32,6 +32,14 @@ pub const RETRANSMITS: &str = "observer.tcp.retransmits";
 pub const IO: &str = "observer.tcp.io";
 pub const DROPPED: &str = "observer.events.dropped";
 pub const PROBES: &str = "observer.probes.attached";
+pub const GPU_UTIL: &str = "hw.gpu.utilization";
+pub const GPU_MEM_UTIL: &str = "hw.gpu.memory.utilization";
+pub const GPU_MEM_USAGE: &str = "hw.gpu.memory.usage";
+pub const GPU_MEM_LIMIT: &str = "hw.gpu.memory.limit";
+pub const GPU_POWER: &str = "hw.power";
+pub const GPU_ERRORS: &str = "hw.errors";
+pub const GPU_PROC_UTIL: &str = "observer.gpu.process.utilization";
+pub const GPU_PROC_MEM: &str = "observer.gpu.process.memory.usage";
 
 /// A series' attributes, sorted by key.
 pub type Labels = Vec<(&'static str, String)>;
@@ -122,7 +130,7 @@ fn describe(name: &str) -> &'static Described {
 pub struct Metrics {
     hists: BTreeMap<(&'static str, Labels), Hist>,
     counters: BTreeMap<(&'static str, Labels), u64>,
-    gauges: BTreeMap<(&'static str, Labels), u64>,
+    gauges: BTreeMap<(&'static str, Labels), f64>,
     series: HashMap<&'static str, usize>,
     /// Series per metric; past it, values go to one overflow series.
     pub max_series: usize,
@@ -178,8 +186,17 @@ impl Metrics {
         self.counters.insert((metric, labels), v);
     }
 
-    pub fn set_gauge(&mut self, metric: &'static str, labels: Labels, v: u64) {
+    pub fn set_gauge(&mut self, metric: &'static str, labels: Labels, v: f64) {
         self.gauges.insert((metric, labels), v);
+    }
+
+    /// Replaces every series of `metric` (a device or process gone stops
+    /// being reported).
+    pub fn replace_gauges(&mut self, metric: &'static str, values: Vec<(Labels, f64)>) {
+        self.gauges.retain(|(m, _), _| *m != metric);
+        for (l, v) in values {
+            self.gauges.insert((metric, l), v);
+        }
     }
 
     /// Counts a finished connection (open snapshots are not counted twice:
@@ -338,16 +355,18 @@ impl Metrics {
                 ..Metric::default()
             });
         }
-        let number = |labels: &Labels, v: u64| NumberDataPoint {
+        let number = |labels: &Labels, v: number_data_point::Value| NumberDataPoint {
             attributes: otlp_labels(labels),
             start_time_unix_nano: self.start_unix_ns,
             time_unix_nano: now_unix_ns,
-            value: Some(number_data_point::Value::AsInt(v as i64)),
+            value: Some(v),
             ..NumberDataPoint::default()
         };
         let mut sums: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
         for ((name, labels), v) in &self.counters {
-            sums.entry(name).or_default().push(number(labels, *v));
+            sums.entry(name)
+                .or_default()
+                .push(number(labels, number_data_point::Value::AsInt(*v as i64)));
         }
         for (name, points) in sums {
             let d = describe(name);
@@ -365,7 +384,10 @@ impl Metrics {
         }
         let mut gauges: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
         for ((name, labels), v) in &self.gauges {
-            gauges.entry(name).or_default().push(number(labels, *v));
+            gauges
+                .entry(name)
+                .or_default()
+                .push(number(labels, number_data_point::Value::AsDouble(*v)));
         }
         for (name, points) in gauges {
             let d = describe(name);
@@ -540,5 +562,79 @@ mod tests {
             "{t}"
         );
         assert!(m.overflowed > 0);
+    }
+}
+
+/// The GPUs' latest state as gauges (`hw.*` per device with `hw.id`, per
+/// process with `process.executable.name`).
+pub fn gpu_gauges(m: &mut Metrics, devices: &[crate::gpu::DeviceSample]) {
+    let mut by: BTreeMap<&'static str, Vec<(Labels, f64)>> = BTreeMap::new();
+    for d in devices {
+        let id = d
+            .uuid
+            .clone()
+            .unwrap_or_else(|| format!("index-{}", d.index));
+        let l: Labels = vec![("hw.id", id.clone())];
+        let mut put = |metric: &'static str, labels: &Labels, v: Option<f64>| {
+            if let Some(v) = v {
+                by.entry(metric).or_default().push((labels.clone(), v));
+            }
+        };
+        // hw.errors by type: ECC errors since the driver loaded, and a device
+        // that could not be read at all.
+        let typed = |t: &str| vec![("error.type", t.to_owned()), ("hw.id", id.clone())];
+        put(
+            GPU_ERRORS,
+            &typed("unavailable"),
+            Some(if d.error.is_some() { 1.0 } else { 0.0 }),
+        );
+        put(
+            GPU_ERRORS,
+            &typed("ecc_corrected"),
+            d.ecc_errors_corrected.map(|v| v as f64),
+        );
+        put(
+            GPU_ERRORS,
+            &typed("ecc_uncorrected"),
+            d.ecc_errors_uncorrected.map(|v| v as f64),
+        );
+        put(
+            GPU_UTIL,
+            &l,
+            d.utilization_gpu_pct.map(|v| f64::from(v) / 100.0),
+        );
+        put(
+            GPU_MEM_UTIL,
+            &l,
+            d.utilization_memory_pct.map(|v| f64::from(v) / 100.0),
+        );
+        put(GPU_MEM_USAGE, &l, d.memory_used_bytes.map(|v| v as f64));
+        put(GPU_MEM_LIMIT, &l, d.memory_total_bytes.map(|v| v as f64));
+        put(GPU_POWER, &l, d.power_w);
+        for p in &d.processes {
+            let exe = std::fs::read_link(format!("/proc/{}/exe", p.pid))
+                .ok()
+                .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "unknown".into());
+            let pl: Labels = vec![("hw.id", id.clone()), ("process.executable.name", exe)];
+            put(
+                GPU_PROC_UTIL,
+                &pl,
+                p.sm_util_pct.map(|v| f64::from(v) / 100.0),
+            );
+            put(GPU_PROC_MEM, &pl, p.used_memory_bytes.map(|v| v as f64));
+        }
+    }
+    for metric in [
+        GPU_ERRORS,
+        GPU_UTIL,
+        GPU_MEM_UTIL,
+        GPU_MEM_USAGE,
+        GPU_MEM_LIMIT,
+        GPU_POWER,
+        GPU_PROC_UTIL,
+        GPU_PROC_MEM,
+    ] {
+        m.replace_gauges(metric, by.remove(metric).unwrap_or_default());
     }
 }

@@ -129,6 +129,31 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
     if let Some(et) = error {
         attrs.push(s("error.type", et));
     }
+    // The GPU the process used most during the connection.
+    if let Some(d) = r.gpu.as_ref().and_then(|g| {
+        g.devices
+            .iter()
+            .max_by_key(|d| d.utilization_gpu_pct_max.unwrap_or(0))
+    }) {
+        if let Some(id) = &d.uuid {
+            attrs.push(s("hw.id", id.clone()));
+        }
+        if let Some(v) = d.utilization_gpu_pct_max {
+            attrs.push(f("observer.gpu.utilization.max", f64::from(v) / 100.0));
+        }
+        if let Some(v) = d.utilization_gpu_pct_avg {
+            attrs.push(f("observer.gpu.utilization.avg", v / 100.0));
+        }
+        if let Some(v) = d.process_used_memory_bytes {
+            attrs.push(i("observer.gpu.process.memory.usage", v as i64));
+        }
+        if d.throttle_reasons != 0 {
+            attrs.push(i(
+                "observer.gpu.throttle_reasons",
+                d.throttle_reasons as i64,
+            ));
+        }
+    }
     let kind = match r.direction {
         Direction::Outbound => SpanKind::Client,
         Direction::Inbound => SpanKind::Server,

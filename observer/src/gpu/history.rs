@@ -144,6 +144,10 @@ mod tests {
             power_w: None,
             sm_clock_mhz: None,
             throttle_reasons: Some(0),
+            ecc_errors_corrected: None,
+            ecc_errors_uncorrected: None,
+            pcie_tx_kib_s: None,
+            pcie_rx_kib_s: None,
             processes: pids
                 .iter()
                 .map(|&pid| GpuProcess {

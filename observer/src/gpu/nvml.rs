@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 
 use nvml_wrapper::{
-    enum_wrappers::device::{Clock, TemperatureSensor},
+    enum_wrappers::device::{Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor},
     enums::device::UsedGpuMemory,
     Nvml,
 };
@@ -45,6 +45,12 @@ pub struct DeviceSample {
     pub sm_clock_mhz: Option<u32>,
     /// NVML's throttle reason bits (0: none).
     pub throttle_reasons: Option<u64>,
+    /// ECC errors since the driver loaded (null: ECC off or not supported).
+    pub ecc_errors_corrected: Option<u64>,
+    pub ecc_errors_uncorrected: Option<u64>,
+    /// PCIe throughput, KiB/s (null where not supported).
+    pub pcie_tx_kib_s: Option<u32>,
+    pub pcie_rx_kib_s: Option<u32>,
     pub processes: Vec<GpuProcess>,
     /// Why the device could not be read at all.
     pub error: Option<String>,
@@ -103,6 +109,10 @@ impl Gpus {
             power_w: None,
             sm_clock_mhz: None,
             throttle_reasons: None,
+            ecc_errors_corrected: None,
+            ecc_errors_uncorrected: None,
+            pcie_tx_kib_s: None,
+            pcie_rx_kib_s: None,
             processes: Vec::new(),
             error: None,
             unix_ns,
@@ -128,6 +138,14 @@ impl Gpus {
         s.power_w = d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0);
         s.sm_clock_mhz = d.clock_info(Clock::SM).ok();
         s.throttle_reasons = d.current_throttle_reasons().ok().map(|r| r.bits());
+        s.ecc_errors_corrected = d
+            .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+            .ok();
+        s.ecc_errors_uncorrected = d
+            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .ok();
+        s.pcie_tx_kib_s = d.pcie_throughput(PcieUtilCounter::Send).ok();
+        s.pcie_rx_kib_s = d.pcie_throughput(PcieUtilCounter::Receive).ok();
         let mut procs: Vec<GpuProcess> = d
             .running_compute_processes()
             .unwrap_or_default()
