@@ -464,6 +464,80 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The GPUs' latest state as gauges (`hw.*` per device with `hw.id`, per
+/// process with `process.executable.name`).
+pub fn gpu_gauges(m: &mut Metrics, devices: &[crate::gpu::DeviceSample]) {
+    let mut by: BTreeMap<&'static str, Vec<(Labels, f64)>> = BTreeMap::new();
+    for d in devices {
+        let id = d
+            .uuid
+            .clone()
+            .unwrap_or_else(|| format!("index-{}", d.index));
+        let l: Labels = vec![("hw.id", id.clone())];
+        let mut put = |metric: &'static str, labels: &Labels, v: Option<f64>| {
+            if let Some(v) = v {
+                by.entry(metric).or_default().push((labels.clone(), v));
+            }
+        };
+        // hw.errors by type: ECC errors since the driver loaded, and a device
+        // that could not be read at all.
+        let typed = |t: &str| vec![("error.type", t.to_owned()), ("hw.id", id.clone())];
+        put(
+            GPU_ERRORS,
+            &typed("unavailable"),
+            Some(if d.error.is_some() { 1.0 } else { 0.0 }),
+        );
+        put(
+            GPU_ERRORS,
+            &typed("ecc_corrected"),
+            d.ecc_errors_corrected.map(|v| v as f64),
+        );
+        put(
+            GPU_ERRORS,
+            &typed("ecc_uncorrected"),
+            d.ecc_errors_uncorrected.map(|v| v as f64),
+        );
+        put(
+            GPU_UTIL,
+            &l,
+            d.utilization_gpu_pct.map(|v| f64::from(v) / 100.0),
+        );
+        put(
+            GPU_MEM_UTIL,
+            &l,
+            d.utilization_memory_pct.map(|v| f64::from(v) / 100.0),
+        );
+        put(GPU_MEM_USAGE, &l, d.memory_used_bytes.map(|v| v as f64));
+        put(GPU_MEM_LIMIT, &l, d.memory_total_bytes.map(|v| v as f64));
+        put(GPU_POWER, &l, d.power_w);
+        for p in &d.processes {
+            let exe = std::fs::read_link(format!("/proc/{}/exe", p.pid))
+                .ok()
+                .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "unknown".into());
+            let pl: Labels = vec![("hw.id", id.clone()), ("process.executable.name", exe)];
+            put(
+                GPU_PROC_UTIL,
+                &pl,
+                p.sm_util_pct.map(|v| f64::from(v) / 100.0),
+            );
+            put(GPU_PROC_MEM, &pl, p.used_memory_bytes.map(|v| v as f64));
+        }
+    }
+    for metric in [
+        GPU_ERRORS,
+        GPU_UTIL,
+        GPU_MEM_UTIL,
+        GPU_MEM_USAGE,
+        GPU_MEM_LIMIT,
+        GPU_POWER,
+        GPU_PROC_UTIL,
+        GPU_PROC_MEM,
+    ] {
+        m.replace_gauges(metric, by.remove(metric).unwrap_or_default());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -562,79 +636,5 @@ mod tests {
             "{t}"
         );
         assert!(m.overflowed > 0);
-    }
-}
-
-/// The GPUs' latest state as gauges (`hw.*` per device with `hw.id`, per
-/// process with `process.executable.name`).
-pub fn gpu_gauges(m: &mut Metrics, devices: &[crate::gpu::DeviceSample]) {
-    let mut by: BTreeMap<&'static str, Vec<(Labels, f64)>> = BTreeMap::new();
-    for d in devices {
-        let id = d
-            .uuid
-            .clone()
-            .unwrap_or_else(|| format!("index-{}", d.index));
-        let l: Labels = vec![("hw.id", id.clone())];
-        let mut put = |metric: &'static str, labels: &Labels, v: Option<f64>| {
-            if let Some(v) = v {
-                by.entry(metric).or_default().push((labels.clone(), v));
-            }
-        };
-        // hw.errors by type: ECC errors since the driver loaded, and a device
-        // that could not be read at all.
-        let typed = |t: &str| vec![("error.type", t.to_owned()), ("hw.id", id.clone())];
-        put(
-            GPU_ERRORS,
-            &typed("unavailable"),
-            Some(if d.error.is_some() { 1.0 } else { 0.0 }),
-        );
-        put(
-            GPU_ERRORS,
-            &typed("ecc_corrected"),
-            d.ecc_errors_corrected.map(|v| v as f64),
-        );
-        put(
-            GPU_ERRORS,
-            &typed("ecc_uncorrected"),
-            d.ecc_errors_uncorrected.map(|v| v as f64),
-        );
-        put(
-            GPU_UTIL,
-            &l,
-            d.utilization_gpu_pct.map(|v| f64::from(v) / 100.0),
-        );
-        put(
-            GPU_MEM_UTIL,
-            &l,
-            d.utilization_memory_pct.map(|v| f64::from(v) / 100.0),
-        );
-        put(GPU_MEM_USAGE, &l, d.memory_used_bytes.map(|v| v as f64));
-        put(GPU_MEM_LIMIT, &l, d.memory_total_bytes.map(|v| v as f64));
-        put(GPU_POWER, &l, d.power_w);
-        for p in &d.processes {
-            let exe = std::fs::read_link(format!("/proc/{}/exe", p.pid))
-                .ok()
-                .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "unknown".into());
-            let pl: Labels = vec![("hw.id", id.clone()), ("process.executable.name", exe)];
-            put(
-                GPU_PROC_UTIL,
-                &pl,
-                p.sm_util_pct.map(|v| f64::from(v) / 100.0),
-            );
-            put(GPU_PROC_MEM, &pl, p.used_memory_bytes.map(|v| v as f64));
-        }
-    }
-    for metric in [
-        GPU_ERRORS,
-        GPU_UTIL,
-        GPU_MEM_UTIL,
-        GPU_MEM_USAGE,
-        GPU_MEM_LIMIT,
-        GPU_POWER,
-        GPU_PROC_UTIL,
-        GPU_PROC_MEM,
-    ] {
-        m.replace_gauges(metric, by.remove(metric).unwrap_or_default());
     }
 }
