@@ -97,7 +97,7 @@ fn gpu_snapshot_two_devices_and_one_that_errors() {
     assert_eq!(d[0]["power_w"], 120.5);
     assert_eq!(
         d[0]["processes"],
-        json!([{"pid": 4242, "used_memory_bytes": 524_288_000u64, "sm_util_pct": 40}])
+        json!([{"pid": 4242, "used_memory_bytes": 524_288_000u64, "sm_util_pct": 40, "mem_util_pct": 0}])
     );
     assert_eq!(d[1]["processes"], json!([]));
     assert_eq!(d[1]["error"], Value::Null);

@@ -154,6 +154,7 @@ mod tests {
                     pid,
                     used_memory_bytes: Some(50),
                     sm_util_pct: Some(util),
+                    mem_util_pct: None,
                 })
                 .collect(),
             error: None,

@@ -28,6 +28,8 @@ pub struct GpuProcess {
     pub used_memory_bytes: Option<u64>,
     /// SM utilization from NVML's process samples (null: no new sample).
     pub sm_util_pct: Option<u32>,
+    /// Memory controller utilization from the same samples.
+    pub mem_util_pct: Option<u32>,
 }
 
 /// One device at one instant.
@@ -157,6 +159,7 @@ impl Gpus {
                     UsedGpuMemory::Unavailable => None,
                 },
                 sm_util_pct: None,
+                mem_util_pct: None,
             })
             .collect();
         // "No new samples" is not an error: the processes keep a null.
@@ -167,6 +170,7 @@ impl Gpus {
                 newest = newest.max(u.timestamp);
                 if let Some(p) = procs.iter_mut().find(|p| p.pid == u.pid) {
                     p.sm_util_pct = Some(u.sm_util);
+                    p.mem_util_pct = Some(u.mem_util);
                 }
             }
             if let Some(slot) = self.last_seen.get_mut(index as usize) {
