@@ -5,6 +5,7 @@
 //! these by hand on either side.
 #![no_std]
 
+pub mod dns;
 pub mod tls;
 pub mod tracepoints;
 
@@ -58,6 +59,8 @@ pub enum EventKind {
     TlsName = 6,
     /// A process's plaintext TLS call rate passed the limit ([`tls::TlsBusyEvent`]).
     TlsBusy = 7,
+    /// A name lookup through the C library finished ([`dns::DnsEvent`]).
+    Dns = 8,
 }
 
 impl EventKind {
@@ -70,6 +73,7 @@ impl EventKind {
             5 => Some(Self::TlsProcess),
             6 => Some(Self::TlsName),
             7 => Some(Self::TlsBusy),
+            8 => Some(Self::Dns),
             _ => None,
         }
     }
@@ -77,7 +81,7 @@ impl EventKind {
 
 /// The envelope every ring-buffer record starts with.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventHeader {
     /// An [`EventKind`] id.
     pub kind: u32,

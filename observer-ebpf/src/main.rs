@@ -13,6 +13,8 @@ mod events;
 #[cfg(target_arch = "bpf")]
 mod inet_sock_set_state;
 #[cfg(target_arch = "bpf")]
+mod libc_resolver;
+#[cfg(target_arch = "bpf")]
 mod libgnutls;
 #[cfg(target_arch = "bpf")]
 mod libssl;

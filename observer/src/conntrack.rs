@@ -13,6 +13,7 @@ use observer_common::{Conn, TlsConn, FLAG_TLS};
 use crate::{
     clock::Clock,
     decode::Event,
+    dns::{DnsRecord, Lookups},
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, Owner, State},
     tls::TlsRecord,
@@ -50,6 +51,10 @@ pub struct ConnTable {
     /// Connections that vanished from CONNS without a close event (LRU eviction
     /// under pressure, or a lost close event).
     pub evicted: u64,
+    /// Recent name lookups, joined to the connections that follow.
+    lookups: Lookups,
+    /// Lookup records not yet taken by the correlator.
+    pub dns_out: Vec<DnsRecord>,
 }
 
 impl ConnTable {
@@ -60,12 +65,17 @@ impl ConnTable {
             procs,
             clock,
             evicted: 0,
+            lookups: Lookups::default(),
+            dns_out: Vec::new(),
         }
     }
 
-    /// Re-samples the wall clock offset (NTP may step or slew it).
+    /// Re-samples the wall clock offset (NTP may step or slew it), and
+    /// drops lookups too old to be joined.
     pub fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
+        self.lookups
+            .prune(clock.to_unix_ns(crate::clock::monotonic_ns()));
     }
 
     pub fn live_len(&self) -> usize {
@@ -127,7 +137,14 @@ impl ConnTable {
                     name,
                     Some(&self.clock),
                 );
+                join_dns(&self.lookups, &mut r);
                 Some(r)
+            }
+            Event::Dns(ev) => {
+                let r = DnsRecord::new(&ev, &self.clock);
+                self.lookups.add(r.clone());
+                self.dns_out.push(r);
+                None
             }
             Event::TlsName { sk, len, name } => {
                 if let Some(live) = self.live.get_mut(&sk) {
@@ -172,7 +189,9 @@ impl ConnTable {
                     live.missing = false;
                     if now_ns.saturating_sub(conn.start_ns) >= interval_ns {
                         live.last_snapshot_ns = now_ns;
-                        out.push(snapshot(kernel, &conn, live, &self.clock, State::Open));
+                        let mut r = snapshot(kernel, &conn, live, &self.clock, State::Open);
+                        join_dns(&self.lookups, &mut r);
+                        out.push(r);
                     }
                 }
                 // Its close event may still be in flight: only the second miss counts.
@@ -201,13 +220,24 @@ impl ConnTable {
                     } else {
                         State::Open
                     };
-                    out.push(snapshot(kernel, &conn, &live, &self.clock, state));
+                    let mut r = snapshot(kernel, &conn, &live, &self.clock, state);
+                    join_dns(&self.lookups, &mut r);
+                    out.push(r);
                 }
                 None => self.evicted += 1,
             }
         }
         out.sort_by_key(|r| r.start_unix_ns);
         out
+    }
+}
+
+/// Attaches the lookup an outbound connection followed.
+fn join_dns(lookups: &Lookups, r: &mut ConnRecord) {
+    if r.direction == crate::record::Direction::Outbound {
+        if let (Some(pid), Some(tid)) = (r.pid, r.tid) {
+            r.dns = lookups.join(pid, tid, r.remote_addr, r.start_unix_ns);
+        }
     }
 }
 

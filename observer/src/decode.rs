@@ -7,7 +7,7 @@ use observer_common::{
 };
 
 /// A decoded ring-buffer record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A connection got its owning process.
     Owner {
@@ -30,6 +30,8 @@ pub enum Event {
     Exit { pid: u32 },
     /// Process `pid` began using TLS through `library`.
     TlsProcess { pid: u32, library: u8 },
+    /// A getaddrinfo call finished.
+    Dns(Box<observer_common::dns::DnsEvent>),
     /// Process `pid` made `calls` plaintext TLS calls in one kernel rate window.
     TlsBusy { pid: u32, calls: u32 },
     /// The server name of the TLS connection on `sk`.
@@ -109,6 +111,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 pid: ev.pid,
                 library: ev.library as u8,
             })
+        }
+        EventKind::Dns => {
+            let ev: observer_common::dns::DnsEvent = read(bytes, hdr.kind)?;
+            Ok(Event::Dns(Box::new(ev)))
         }
         EventKind::TlsBusy => {
             let ev: TlsBusyEvent = read(bytes, hdr.kind)?;

@@ -26,6 +26,14 @@ impl Filter {
         }
     }
 
+    /// DNS records: the process filters apply; a port or direction filter
+    /// asks for connections only.
+    pub fn matches_dns(&self, r: &crate::dns::DnsRecord) -> bool {
+        let pid_ok = self.pids.is_empty() || self.pids.contains(&r.pid);
+        let comm_ok = self.comms.is_empty() || self.comms.iter().any(|c| *c == *r.comm);
+        pid_ok && comm_ok && self.ports.is_empty() && self.direction.is_none()
+    }
+
     pub fn matches(&self, r: &ConnRecord) -> bool {
         let pid_ok = self.pids.is_empty() || r.pid.is_some_and(|p| self.pids.contains(&p));
         let comm_ok = self.comms.is_empty()

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clock;
 pub mod conntrack;
 pub mod decode;
+pub mod dns;
 pub mod doctor;
 pub mod ebpf;
 pub mod export;

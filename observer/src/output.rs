@@ -98,6 +98,49 @@ pub fn text_line(r: &ConnRecord) -> String {
     )
 }
 
+/// What the output thread writes.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "connection records are most lines; boxing would allocate for each"
+)]
+pub enum Line {
+    Conn(ConnRecord),
+    Dns(crate::dns::DnsRecord),
+}
+
+pub fn dns_text_line(r: &crate::dns::DnsRecord) -> String {
+    let answers: Vec<String> = r.answers.iter().map(ToString::to_string).collect();
+    format!(
+        "{:<13} {:<8} {:<16} dns  {} {} {} in {} -> {}",
+        fmt_time(r.start_unix_ns + r.duration_ns),
+        r.pid,
+        r.comm,
+        r.name,
+        r.qtype,
+        r.result,
+        fmt_ns(Some(r.duration_ns)),
+        if answers.is_empty() {
+            "-".into()
+        } else {
+            answers.join(" ")
+        }
+    )
+}
+
+pub fn write_line(w: &mut impl Write, l: &Line, format: Format) -> io::Result<()> {
+    match l {
+        Line::Conn(r) => write_record(w, r, format),
+        Line::Dns(r) => match format {
+            Format::Json => {
+                serde_json::to_writer(&mut *w, r)?;
+                w.write_all(b"\n")
+            }
+            Format::Text => writeln!(w, "{}", dns_text_line(r)),
+        },
+    }
+}
+
 pub fn write_record(w: &mut impl Write, r: &ConnRecord, format: Format) -> io::Result<()> {
     match format {
         Format::Json => {

@@ -87,6 +87,8 @@ pub struct ConnRecord {
     /// The GPUs the process held a context on during the connection (null:
     /// none, or GPU features off).
     pub gpu: Option<crate::gpu::GpuRecord>,
+    /// The lookup that led to this connection (outbound; null: none seen).
+    pub dns: Option<crate::dns::DnsJoin>,
     /// Wall-clock times of the first byte each way, for the exporters' spans
     /// (the JSON carries the durations).
     #[serde(skip)]
@@ -226,6 +228,7 @@ impl ConnRecord {
             error: error_of(conn, state),
             tls: None,
             gpu: None,
+            dns: None,
             first_tx_unix_ns: (conn.first_tx_ns != 0).then(|| clock.to_unix_ns(conn.first_tx_ns)),
             first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),
         }

@@ -24,6 +24,8 @@ pub struct Stats {
     pub tls_commands_full: AtomicU64,
     /// Records the OTLP exporter's queue could not take.
     pub export_full: AtomicU64,
+    /// DNS lookup records.
+    pub dns: AtomicU64,
 }
 
 impl Stats {
@@ -41,6 +43,8 @@ impl Stats {
 pub struct Summary {
     pub events: u64,
     pub connections_closed: u64,
+    /// Name lookups reported (`"kind": "dns"` records).
+    pub dns_lookups: u64,
     pub open_records: u64,
     pub filtered: u64,
     pub outbound_opened: u64,

@@ -84,6 +84,13 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         );
     }
     let mut bpf = loaded.ebpf;
+    let dns_line = match crate::dns::attach(&mut bpf) {
+        Ok(what) => format!("DNS: {what}"),
+        Err(e) => {
+            tracing::warn!("DNS lookups not seen: {e}");
+            format!("DNS: off ({e})")
+        }
+    };
     let mut tls = TlsProbes::new(
         &mut bpf,
         tls::Settings {
@@ -123,7 +130,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
     };
     let print = export.as_ref().is_none_or(|e| e.print);
     let (out_tx, output) = if print {
-        let (tx, rx) = mpsc::channel::<ConnRecord>(OUTPUT_CHANNEL);
+        let (tx, rx) = mpsc::channel::<output::Line>(OUTPUT_CHANNEL);
         let thread = std::thread::Builder::new()
             .name("output".into())
             .spawn(move || write_output(rx, format))
@@ -172,7 +179,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
     };
     sinks.gpu = gpu_history.clone();
     let ready = format!(
-        "{}; {}; {gpu_line}",
+        "{}; {}; {gpu_line}; {dns_line}",
         ready_line(&reports, opts.max_connections),
         tls.summary()
     );
@@ -235,6 +242,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
     Ok(Summary {
         events: Stats::get(&stats.events),
         connections_closed: Stats::get(&stats.closed),
+        dns_lookups: Stats::get(&stats.dns),
         open_records: Stats::get(&stats.open),
         filtered: Stats::get(&stats.filtered),
         outbound_opened: k(Counter::OutboundOpened),
@@ -376,7 +384,7 @@ struct CorrelatorEnd {
 /// Where finished records go.
 struct Sinks {
     /// The output thread (watch, or run --print).
-    out: Option<mpsc::Sender<ConnRecord>>,
+    out: Option<mpsc::Sender<output::Line>>,
     /// The OTLP exporter's queue.
     export: Option<mpsc::Sender<ConnRecord>>,
     /// Histograms and counters (Prometheus, OTLP metrics).
@@ -432,7 +440,24 @@ async fn correlate(
             }
         }
         if let Some(out) = &sinks.out {
-            if out.try_send(r).is_err() {
+            if out.try_send(output::Line::Conn(r)).is_err() {
+                Stats::add(&stats.output_full, 1);
+            }
+        }
+    };
+    let emit_dns = |r: crate::dns::DnsRecord| {
+        if let Some(m) = &sinks.metrics {
+            if let Ok(mut m) = m.lock() {
+                m.record_dns(&r);
+            }
+        }
+        if !filter.matches_dns(&r) {
+            Stats::add(&stats.filtered, 1);
+            return;
+        }
+        Stats::add(&stats.dns, 1);
+        if let Some(out) = &sinks.out {
+            if out.try_send(output::Line::Dns(r)).is_err() {
                 Stats::add(&stats.output_full, 1);
             }
         }
@@ -456,6 +481,9 @@ async fn correlate(
                     }
                     if let Some(r) = table.handle(ev) {
                         emit(r);
+                    }
+                    for d in table.dns_out.drain(..) {
+                        emit_dns(d);
                     }
                 }
             }
@@ -571,7 +599,7 @@ fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &ebpf::KernelCounters) {
     }
 }
 
-fn write_output(mut rx: mpsc::Receiver<ConnRecord>, format: Format) -> std::io::Result<()> {
+fn write_output(mut rx: mpsc::Receiver<output::Line>, format: Format) -> std::io::Result<()> {
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     if format == Format::Text {
@@ -580,11 +608,11 @@ fn write_output(mut rx: mpsc::Receiver<ConnRecord>, format: Format) -> std::io::
     }
     // A plain thread: blocking_recv parks it until records come.
     while let Some(r) = rx.blocking_recv() {
-        output::write_record(&mut w, &r, format)?;
+        output::write_line(&mut w, &r, format)?;
         // Flush when the queue is empty so lines show up at once, but batch
         // writes under load.
         while let Ok(r) = rx.try_recv() {
-            output::write_record(&mut w, &r, format)?;
+            output::write_line(&mut w, &r, format)?;
         }
         w.flush()?;
     }

@@ -214,6 +214,7 @@ impl Metrics {
                 r.tls
                     .as_ref()
                     .and_then(|t| t.server_name.as_deref())
+                    .or(r.dns.as_ref().map(|d| &*d.name))
                     .map_or_else(|| r.remote_addr.to_string(), str::to_owned),
                 r.remote_port,
             ),
@@ -262,6 +263,18 @@ impl Metrics {
             l.insert(2, ("network.io.direction", dir.into()));
             self.add(IO, l, bytes);
         }
+    }
+
+    /// A name lookup: `dns.lookup.duration` by process, name and outcome.
+    pub fn record_dns(&mut self, r: &crate::dns::DnsRecord) {
+        let mut l: Labels = vec![
+            ("dns.question.name", r.name.to_string()),
+            ("process.executable.name", r.comm.to_string()),
+        ];
+        if r.result != "ok" {
+            l.insert(0, ("error.type", r.result.into()));
+        }
+        self.observe(DNS, l, r.duration_ns as f64 / 1e9);
     }
 
     /// Prometheus text exposition (format 0.0.4).

@@ -61,7 +61,11 @@ struct Ends {
 }
 
 fn ends(r: &ConnRecord) -> Ends {
-    let name = r.tls.as_ref().and_then(|t| t.server_name.as_deref());
+    let name = r
+        .tls
+        .as_ref()
+        .and_then(|t| t.server_name.as_deref())
+        .or(r.dns.as_ref().map(|d| &*d.name));
     match r.direction {
         Direction::Outbound => Ends {
             server_addr: name.map_or_else(|| r.remote_addr.to_string(), str::to_owned),
@@ -79,7 +83,11 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
     let trace_id = ids.trace_id();
     let root_id = ids.span_id();
     let e = ends(r);
-    let start = r.start_unix_ns;
+    // A lookup that led to the connection is part of it: the root starts there.
+    let start = r
+        .dns
+        .as_ref()
+        .map_or(r.start_unix_ns, |d| d.start_unix_ns.min(r.start_unix_ns));
     let end = r.end_unix_ns.unwrap_or_else(|| {
         // Open connections: up to the snapshot.
         std::time::SystemTime::now()
@@ -108,6 +116,9 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
     if r.direction == Direction::Inbound {
         attrs.push(s("client.address", r.remote_addr.to_string()));
         attrs.push(i("client.port", i64::from(r.remote_port)));
+    }
+    if let Some(d) = &r.dns {
+        attrs.push(s("dns.question.name", d.name.to_string()));
     }
     if let Some(srtt) = r.srtt_us {
         attrs.push(f("observer.tcp.srtt", f64::from(srtt) / 1e6));
@@ -192,6 +203,17 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
             ..Span::default()
         });
     };
+    if let Some(d) = &r.dns {
+        child(
+            format!("DNS lookup {}", d.name),
+            d.start_unix_ns,
+            d.duration_ns,
+            vec![
+                s("dns.question.name", d.name.to_string()),
+                s("observer.dns.result", d.result),
+            ],
+        );
+    }
     if let Some(c) = r.connect_ns {
         child(
             format!("socket connect {}:{}", r.remote_addr, r.remote_port),

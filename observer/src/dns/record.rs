@@ -1,0 +1,218 @@
+//! DNS records and the join of lookups to connections.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::Arc,
+};
+
+use observer_common::{dns::DnsEvent, AF_INET, AF_INET6};
+use serde::Serialize;
+
+use crate::{clock::Clock, record::comm_str_n};
+
+/// One lookup, as `observer watch --json` prints it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DnsRecord {
+    /// Always "dns".
+    pub kind: &'static str,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: Arc<str>,
+    pub name: Arc<str>,
+    /// "A", "AAAA", or "ANY" (getaddrinfo asked for both).
+    pub qtype: &'static str,
+    pub duration_ns: u64,
+    /// "ok", "nxdomain", "no_data", "timeout" (temporary failure), "error".
+    pub result: &'static str,
+    /// The server asked (null for library lookups: not seen at this level).
+    pub server: Option<String>,
+    pub answers: Vec<IpAddr>,
+    pub start_unix_ns: u64,
+    /// "libc" (a future wire view adds "wire").
+    pub source: &'static str,
+}
+
+/// The `dns` object of a connection record.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DnsJoin {
+    pub name: Arc<str>,
+    pub duration_ns: u64,
+    pub result: &'static str,
+    pub source: &'static str,
+    /// "answer": the connection's address was in the lookup's answer;
+    /// "thread": the same thread's latest lookup, shortly before.
+    pub joined_by: &'static str,
+    #[serde(skip)]
+    pub start_unix_ns: u64,
+}
+
+// glibc's EAI_* codes.
+fn result(ret: i32) -> &'static str {
+    match ret {
+        0 => "ok",
+        -2 => "nxdomain", // EAI_NONAME
+        -5 => "no_data",  // EAI_NODATA
+        -3 => "timeout",  // EAI_AGAIN
+        _ => "error",
+    }
+}
+
+impl DnsRecord {
+    pub fn new(ev: &DnsEvent, clock: &Clock) -> Self {
+        let mut answers: Vec<IpAddr> = Vec::new();
+        for i in 0..(ev.n_addrs as usize).min(ev.addrs.len()) {
+            let b = ev.addrs[i];
+            let ip = match ev.families[i] {
+                AF_INET => IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
+                AF_INET6 => IpAddr::V6(Ipv6Addr::from(b)),
+                _ => continue,
+            };
+            // getaddrinfo lists each address once per socket type.
+            if !answers.contains(&ip) {
+                answers.push(ip);
+            }
+        }
+        Self {
+            kind: "dns",
+            pid: ev.pid,
+            tid: ev.tid,
+            comm: Arc::from(comm_str_n(&ev.comm)),
+            name: Arc::from(comm_str_n(&ev.name)),
+            qtype: match u16::try_from(ev.family).unwrap_or(0) {
+                AF_INET => "A",
+                AF_INET6 => "AAAA",
+                _ => "ANY",
+            },
+            duration_ns: ev.end_ns.saturating_sub(ev.start_ns),
+            result: result(ev.ret),
+            server: None,
+            answers,
+            start_unix_ns: clock.to_unix_ns(ev.start_ns),
+            source: "libc",
+        }
+    }
+
+    fn end_unix_ns(&self) -> u64 {
+        self.start_unix_ns + self.duration_ns
+    }
+
+    fn join(&self, joined_by: &'static str) -> DnsJoin {
+        DnsJoin {
+            name: Arc::clone(&self.name),
+            duration_ns: self.duration_ns,
+            result: self.result,
+            source: self.source,
+            joined_by,
+            start_unix_ns: self.start_unix_ns,
+        }
+    }
+}
+
+/// Recent lookups per process, for the join.
+#[derive(Default)]
+pub struct Lookups {
+    by_pid: HashMap<u32, VecDeque<DnsRecord>>,
+}
+
+/// Lookups kept per process, and how long a lookup may lead to a connection.
+const PER_PID: usize = 32;
+const ANSWER_WINDOW_NS: u64 = 60_000_000_000;
+const THREAD_WINDOW_NS: u64 = 2_000_000_000;
+/// Processes remembered (past it, the table starts over).
+const MAX_PIDS: usize = 4096;
+
+impl Lookups {
+    pub fn add(&mut self, r: DnsRecord) {
+        if self.by_pid.len() >= MAX_PIDS && !self.by_pid.contains_key(&r.pid) {
+            self.by_pid.clear();
+        }
+        let q = self.by_pid.entry(r.pid).or_default();
+        if q.len() >= PER_PID {
+            q.pop_front();
+        }
+        q.push_back(r);
+    }
+
+    /// Drops lookups too old to join anything. A process's lookups outlive
+    /// it: a connection's record can come after its process exited (the
+    /// socket is destroyed once the peer has acknowledged the close).
+    pub fn prune(&mut self, now_unix_ns: u64) {
+        let horizon = now_unix_ns.saturating_sub(2 * ANSWER_WINDOW_NS);
+        self.by_pid.retain(|_, q| {
+            q.retain(|r| r.end_unix_ns() >= horizon);
+            !q.is_empty()
+        });
+    }
+
+    /// The lookup that led to a connection of `pid`/`tid` to `remote`
+    /// started at `start`: the latest whose answer holds `remote`, else the
+    /// same thread's latest lookup just before.
+    pub fn join(&self, pid: u32, tid: u32, remote: IpAddr, start: u64) -> Option<DnsJoin> {
+        let q = self.by_pid.get(&pid)?;
+        let before = |r: &&DnsRecord| r.end_unix_ns() <= start + 1_000_000;
+        if let Some(r) = q.iter().rev().filter(before).find(|r| {
+            r.answers.contains(&remote) && start - r.end_unix_ns().min(start) <= ANSWER_WINDOW_NS
+        }) {
+            return Some(r.join("answer"));
+        }
+        q.iter()
+            .rev()
+            .filter(before)
+            .find(|r| {
+                r.tid == tid
+                    && r.answers.is_empty()
+                    && start - r.end_unix_ns().min(start) <= THREAD_WINDOW_NS
+            })
+            .map(|r| r.join("thread"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(pid: u32, tid: u32, start: u64, ips: &[&str]) -> DnsRecord {
+        DnsRecord {
+            kind: "dns",
+            pid,
+            tid,
+            comm: Arc::from("curl"),
+            name: Arc::from("api.test"),
+            qtype: "ANY",
+            duration_ns: 1_000,
+            result: if ips.is_empty() { "nxdomain" } else { "ok" },
+            server: None,
+            answers: ips.iter().map(|s| s.parse().expect("ip")).collect(),
+            start_unix_ns: start,
+            source: "libc",
+        }
+    }
+
+    #[test]
+    fn joins_by_answer_then_by_thread() {
+        let mut l = Lookups::default();
+        const MS: u64 = 1_000_000;
+        l.add(rec(1, 11, 10 * MS, &["10.0.0.1", "10.0.0.2"]));
+        l.add(rec(1, 12, 20 * MS, &[]));
+        let ip: IpAddr = "10.0.0.2".parse().expect("ip");
+        let j = l.join(1, 99, ip, 50 * MS).expect("by answer");
+        assert_eq!(j.joined_by, "answer");
+        let other: IpAddr = "10.9.9.9".parse().expect("ip");
+        assert_eq!(
+            l.join(1, 12, other, 50 * MS).map(|j| j.joined_by),
+            Some("thread")
+        );
+        assert_eq!(
+            l.join(1, 13, other, 50 * MS),
+            None,
+            "another thread, no answer"
+        );
+        assert_eq!(l.join(2, 11, ip, 50 * MS), None, "another process");
+        assert_eq!(
+            l.join(1, 11, ip, 5 * MS),
+            None,
+            "a lookup after the connection"
+        );
+    }
+}
