@@ -27,6 +27,8 @@ const NAMES: &[&str] = &[
     "ssl_ctrl",
     "ssl_set_host_name",
     "gnutls_server_name_set",
+    "getaddrinfo",
+    "getaddrinfo_ret",
 ];
 
 fn loaded() -> usize {
