@@ -17,8 +17,7 @@ const DELAY_MS: f64 = 150.0;
 struct Ns {
     name: String,
     dns: Child,
-    http: Child,
-    http_port: u16,
+    http: HelperServer,
 }
 
 impl Ns {
@@ -46,24 +45,13 @@ impl Ns {
             .read_line(&mut line)
             .unwrap();
         assert_eq!(line.trim(), "READY");
-        let mut http = Command::new("ip")
-            .args(["netns", "exec", &name, "python3"])
-            .arg(helper("server.py"))
-            .args(["--response-bytes", "10"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(http.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let http_port = line.trim().strip_prefix("PORT ").unwrap().parse().unwrap();
-        Ns {
-            name,
-            dns,
-            http,
-            http_port,
-        }
+        let http = HelperServer::spawn(
+            Command::new("ip")
+                .args(["netns", "exec", &name, "python3"])
+                .arg(helper("server.py"))
+                .args(["--response-bytes", "10"]),
+        );
+        Ns { name, dns, http }
     }
 
     fn exec(&self, args: &[&str]) -> std::process::Output {
@@ -79,8 +67,6 @@ impl Drop for Ns {
     fn drop(&mut self) {
         let _ = self.dns.kill();
         let _ = self.dns.wait();
-        let _ = self.http.kill();
-        let _ = self.http.wait();
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();
@@ -109,7 +95,7 @@ fn library_lookups_their_durations_results_and_the_connection_they_lead_to() {
         "/dev/null",
         "-w",
         "%{time_namelookup}",
-        &format!("http://api.test:{}/", ns.http_port),
+        &format!("http://api.test:{}/", ns.http.port),
     ]);
     let curl_lookup_ms: f64 = String::from_utf8(out.stdout)
         .unwrap()
@@ -157,7 +143,7 @@ fn library_lookups_their_durations_results_and_the_connection_they_lead_to() {
         .find(|r| {
             r["kind"] == "connection"
                 && r["comm"] == "curl"
-                && r["remote_port"] == json!(ns.http_port)
+                && r["remote_port"] == json!(ns.http.port)
         })
         .unwrap();
     assert_eq!(conn["dns"]["name"], "api.test", "{conn:#}\nlookups: {l:#?}");
