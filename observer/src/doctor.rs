@@ -14,6 +14,13 @@ use crate::{
 };
 
 #[derive(Debug, Serialize)]
+pub struct DnsReport {
+    /// e.g. "getaddrinfo in /usr/lib/x86_64-linux-gnu/libc.so.6".
+    pub probed: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
 pub struct GpuReport {
     pub nvml_lib: String,
     pub devices: Option<u32>,
@@ -60,6 +67,8 @@ pub struct Report {
     pub tls: Option<TlsReport>,
     /// GPUs through NVML: the device count, or why GPU features are off.
     pub gpu: GpuReport,
+    /// The resolver probes: what was probed, or why lookups are not seen.
+    pub dns: Option<DnsReport>,
     /// True when the observer can run (every required probe attached).
     pub ok: bool,
 }
@@ -103,6 +112,7 @@ pub fn run(nvml_lib: Option<&str>) -> Report {
         probes: Vec::new(),
         tls: None,
         gpu: gpu_report(nvml_lib),
+        dns: None,
         ok: false,
     };
     if !p.sufficient() {
@@ -151,6 +161,16 @@ pub fn run(nvml_lib: Option<&str>) -> Report {
     );
     tls.discover(&mut loaded.ebpf);
     report.tls = Some(tls.report.clone());
+    report.dns = Some(match crate::dns::attach(&mut loaded.ebpf) {
+        Ok(what) => DnsReport {
+            probed: Some(what),
+            error: None,
+        },
+        Err(e) => DnsReport {
+            probed: None,
+            error: Some(e),
+        },
+    });
     report
 }
 
@@ -232,6 +252,15 @@ pub fn print(r: &Report) {
         }
     }
     print_tls(r.tls.as_ref());
+    if let Some(d) = &r.dns {
+        match (&d.probed, &d.error) {
+            (Some(what), _) => println!("DNS lookups: {what}, for every process"),
+            (None, e) => println!(
+                "DNS lookups: NOT SEEN ({}): records carry \"dns\": null",
+                e.as_deref().unwrap_or("?")
+            ),
+        }
+    }
     match (&r.gpu.devices, &r.gpu.error) {
         (Some(n), _) => println!(
             "GPUs: {n} devices through NVML ({}): GPU state on records and metrics",

@@ -141,5 +141,13 @@ fn doctor_reports_every_probe_attached() {
     assert_eq!(code, 0);
     assert!(text.contains("inet_sock_set_state"), "{text}");
     assert!(text.contains("libssl.so.3"), "{text}");
+    assert!(text.contains("DNS lookups: getaddrinfo in"), "{text}");
+    assert!(
+        v["dns"]["probed"]
+            .as_str()
+            .is_some_and(|s| s.contains("libc.so")),
+        "{}",
+        v["dns"]
+    );
     assert!(text.contains("verdict: ok, 9/9 probes attach"), "{text}");
 }
