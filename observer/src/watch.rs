@@ -639,10 +639,17 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
             s.tls_insert_failed
         )
     });
+    let export = s.export.as_ref().map_or(String::new(), |e| {
+        format!(
+            "; OTLP: {} spans sent, {} records sampled out, {} dropped after retries, {} not queued, {} export errors",
+            e.spans_sent, e.records_sampled_out, e.records_dropped, e.queue_full, e.export_errors
+        )
+    });
     format!(
-        "summary: {} connections closed, {} open-connection snapshots, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}){tls}",
+        "summary: {} connections closed, {} open-connection snapshots, {} dns lookups, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}){tls}{export}",
         s.connections_closed,
         s.open_records,
+        s.dns_lookups,
         s.filtered,
         s.events,
         d.total(),

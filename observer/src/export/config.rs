@@ -131,6 +131,14 @@ fn listen(key: &str, v: &str) -> Result<Option<SocketAddr>, BadSetting> {
     })
 }
 
+fn positive(key: &str) -> BadSetting {
+    BadSetting {
+        key: key.into(),
+        value: "0".into(),
+        why: "expected at least 1".into(),
+    }
+}
+
 fn ratio(key: &str, v: f64) -> Result<f64, BadSetting> {
     if (0.0..=1.0).contains(&v) {
         Ok(v)
@@ -205,7 +213,11 @@ pub fn resolve(
             .service_name
             .clone()
             .or_else(|| file.service_name.clone()),
-        max_series: flags.max_series.or(file.max_series).unwrap_or(2000),
+        max_series: match (flags.max_series, file.max_series) {
+            (Some(0), _) => return Err(positive("--max-series").into()),
+            (None, Some(0)) => return Err(positive("max_series").into()),
+            (f, fc) => f.or(fc).unwrap_or(2000),
+        },
         resource,
     })
 }
@@ -303,6 +315,12 @@ mod tests {
         };
         let bad = resolve(&FileConfig::default(), &env(&[]), &flags).expect_err("bad addr");
         assert!(bad.to_string().contains("--prometheus-listen"));
+        let zero = Flags {
+            max_series: Some(0),
+            ..Flags::default()
+        };
+        let bad = resolve(&FileConfig::default(), &env(&[]), &zero).expect_err("no series");
+        assert!(bad.to_string().contains("--max-series"), "{bad}");
         let y: FileConfig =
             serde_yaml::from_str("otlp:\n  endpoint: http://y:4317\n").expect("yaml");
         assert_eq!(

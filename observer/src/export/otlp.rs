@@ -190,6 +190,27 @@ impl OtlpConfig {
     }
 }
 
+/// One export call: the signal's gRPC client (gzip when asked), or the
+/// encoded message over HTTP. A macro because the two generated clients share
+/// no trait.
+macro_rules! export {
+    ($sender:expr, $sig:expr, $req:expr, $client:ident) => {
+        match $sender {
+            Sender::Grpc(ch) => {
+                let mut c = $client::new(ch.clone());
+                if $sig.gzip {
+                    c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                c.export(Sender::grpc_request($sig, $req))
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            }
+            Sender::Http(_) => $sender.http($sig, $req.encode_to_vec()).await,
+        }
+    };
+}
+
 /// Sends one signal's requests.
 enum Sender {
     Grpc(tonic::transport::Channel),
@@ -325,35 +346,11 @@ impl Sender {
     }
 
     async fn traces(&self, sig: &Signal, req: ExportTraceServiceRequest) -> Result<(), String> {
-        match self {
-            Sender::Grpc(ch) => {
-                let mut c = TraceServiceClient::new(ch.clone());
-                if sig.gzip {
-                    c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
-                }
-                c.export(Self::grpc_request(sig, req))
-                    .await
-                    .map(|_| ())
-                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
-            }
-            Sender::Http(_) => self.http(sig, req.encode_to_vec()).await,
-        }
+        export!(self, sig, req, TraceServiceClient)
     }
 
     async fn metrics(&self, sig: &Signal, req: ExportMetricsServiceRequest) -> Result<(), String> {
-        match self {
-            Sender::Grpc(ch) => {
-                let mut c = MetricsServiceClient::new(ch.clone());
-                if sig.gzip {
-                    c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
-                }
-                c.export(Self::grpc_request(sig, req))
-                    .await
-                    .map(|_| ())
-                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
-            }
-            Sender::Http(_) => self.http(sig, req.encode_to_vec()).await,
-        }
+        export!(self, sig, req, MetricsServiceClient)
     }
 }
 
