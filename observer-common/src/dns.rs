@@ -1,4 +1,5 @@
-//! Shared types of the resolver probes (getaddrinfo in the C library).
+//! Shared types of the resolver probes (getaddrinfo in the C library) and of
+//! the DNS messages seen on the wire (port 53, cgroup_skb).
 
 /// LRU hash: pid_tgid -> [`DnsCall`], a lookup in flight.
 pub const DNS_CALLS_MAP: &str = "DNS_CALLS";
@@ -45,3 +46,59 @@ pub struct DnsEvent {
 
 const _: () = assert!(core::mem::size_of::<DnsCall>() == 24 + DNS_NAME_LEN);
 const _: () = assert!(core::mem::size_of::<DnsEvent>() == 16 + 40 + 8 + 64 + 16 + DNS_NAME_LEN);
+
+/// LRU hash: socket cookie -> 1, sockets that sent a DNS query (their release
+/// ends the queries still unanswered).
+pub const DNS_SOCKS_MAP: &str = "DNS_SOCKS";
+pub const MAX_DNS_SOCKS: u32 = 16384;
+/// Bytes of a DNS message kept (a classic UDP message's maximum).
+pub const DNS_PAYLOAD_LEN: usize = 512;
+pub const DNS_PORT: u16 = 53;
+
+/// Record for [`crate::EventKind::DnsPacket`]: a DNS message a socket on this
+/// host sent to port 53 (a query) or received from port 53 (a response).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DnsPacketEvent {
+    pub hdr: crate::EventHeader,
+    /// The socket's cookie: pairs a response with its query.
+    pub cookie: u64,
+    /// Start of the sending thread's C library lookup in flight (0: none):
+    /// the query was made on behalf of that lookup.
+    pub libc_start_ns: u64,
+    /// Sender (egress only: a response arrives in softirq context).
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: [u8; 16],
+    /// 1: sent (query), 0: received (response).
+    pub egress: u8,
+    /// IPPROTO_UDP or IPPROTO_TCP.
+    pub proto: u8,
+    /// 4 or 6.
+    pub ip_version: u8,
+    pub _pad: u8,
+    /// The far end's port (53) and the local one.
+    pub remote_port: u16,
+    pub local_port: u16,
+    /// DNS message bytes copied into `payload` (TCP's length prefix removed).
+    pub len: u32,
+    /// DNS message bytes in the packet.
+    pub wire_len: u32,
+    /// The DNS server's address (IPv4: first 4 bytes) and ours.
+    pub remote: [u8; 16],
+    pub local: [u8; 16],
+    pub payload: [u8; DNS_PAYLOAD_LEN],
+}
+
+/// Record for [`crate::EventKind::DnsSockReleased`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DnsSockEvent {
+    pub hdr: crate::EventHeader,
+    pub cookie: u64,
+}
+
+const _: () = assert!(
+    core::mem::size_of::<DnsPacketEvent>() == 16 + 16 + 8 + 16 + 8 + 8 + 32 + DNS_PAYLOAD_LEN
+);
+const _: () = assert!(core::mem::size_of::<DnsSockEvent>() == 24);

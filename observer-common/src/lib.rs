@@ -61,6 +61,10 @@ pub enum EventKind {
     TlsBusy = 7,
     /// A name lookup through the C library finished ([`dns::DnsEvent`]).
     Dns = 8,
+    /// A DNS message on port 53 left or reached a socket ([`dns::DnsPacketEvent`]).
+    DnsPacket = 9,
+    /// A socket that sent DNS queries was released ([`dns::DnsSockEvent`]).
+    DnsSockReleased = 10,
 }
 
 impl EventKind {
@@ -74,6 +78,8 @@ impl EventKind {
             6 => Some(Self::TlsName),
             7 => Some(Self::TlsBusy),
             8 => Some(Self::Dns),
+            9 => Some(Self::DnsPacket),
+            10 => Some(Self::DnsSockReleased),
             _ => None,
         }
     }
@@ -115,6 +121,7 @@ pub const TLS_BIND_CALLS: u32 = 16;
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;
 pub const IPPROTO_TCP: u16 = 6;
+pub const IPPROTO_UDP: u16 = 17;
 
 /// TCP states as the kernel numbers them (include/net/tcp_states.h).
 pub mod tcp_state {
@@ -245,12 +252,15 @@ pub enum Counter {
     TlsInsertFailed = 7,
     /// TLS sessions tied to their socket.
     TlsBound = 8,
+    /// A socket that sent DNS queries could not be remembered (map full): its
+    /// unanswered queries time out by age instead of at its release.
+    DnsSockInsertFailed = 9,
 }
 
 pub const COUNTER_SLOTS: u32 = 16;
 
 impl Counter {
-    pub const ALL: [Counter; 9] = [
+    pub const ALL: [Counter; 10] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -260,6 +270,7 @@ impl Counter {
         Counter::Replaced,
         Counter::TlsInsertFailed,
         Counter::TlsBound,
+        Counter::DnsSockInsertFailed,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -273,6 +284,7 @@ impl Counter {
             Counter::Replaced => "replaced",
             Counter::TlsInsertFailed => "kernel_tls_insert_failed",
             Counter::TlsBound => "tls_bound",
+            Counter::DnsSockInsertFailed => "kernel_dns_sock_insert_failed",
         }
     }
 

@@ -23,7 +23,7 @@ use crate::{
 };
 
 #[map(name = "DNS_CALLS")]
-static DNS_CALLS: LruHashMap<u64, DnsCall> = LruHashMap::with_max_entries(MAX_DNS_THREADS, 0);
+pub static DNS_CALLS: LruHashMap<u64, DnsCall> = LruHashMap::with_max_entries(MAX_DNS_THREADS, 0);
 
 /// Scratch for building a call (too big for the stack beside the rest).
 #[map(name = "DNS_SCRATCH")]

@@ -9,6 +9,10 @@ mod ctx;
 mod maps;
 
 #[cfg(target_arch = "bpf")]
+mod cgroup_skb;
+#[cfg(target_arch = "bpf")]
+mod cgroup_sock;
+#[cfg(target_arch = "bpf")]
 mod events;
 #[cfg(target_arch = "bpf")]
 mod inet_sock_set_state;

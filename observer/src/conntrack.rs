@@ -13,7 +13,7 @@ use observer_common::{Conn, TlsConn, FLAG_TLS};
 use crate::{
     clock::Clock,
     decode::Event,
-    dns::{DnsRecord, Lookups},
+    dns::{DnsRecord, Lookups, WireLookups},
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, Owner, State},
     tls::TlsRecord,
@@ -53,6 +53,8 @@ pub struct ConnTable {
     pub evicted: u64,
     /// Recent name lookups, joined to the connections that follow.
     lookups: Lookups,
+    /// Lookups on the wire in flight.
+    pub wire: WireLookups,
     /// Lookup records not yet taken by the correlator.
     pub dns_out: Vec<DnsRecord>,
 }
@@ -66,16 +68,34 @@ impl ConnTable {
             clock,
             evicted: 0,
             lookups: Lookups::default(),
+            wire: WireLookups::default(),
             dns_out: Vec::new(),
         }
     }
 
-    /// Re-samples the wall clock offset (NTP may step or slew it), and
-    /// drops lookups too old to be joined.
+    /// Re-samples the wall clock offset (NTP may step or slew it), drops
+    /// lookups too old to be joined and ends wire lookups never answered.
     pub fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
-        self.lookups
-            .prune(clock.to_unix_ns(crate::clock::monotonic_ns()));
+        let now = crate::clock::monotonic_ns();
+        self.lookups.prune(clock.to_unix_ns(now));
+        for r in self.wire.expire(now, &self.clock) {
+            self.add_lookup(r);
+        }
+    }
+
+    fn add_lookup(&mut self, mut r: DnsRecord) {
+        // getaddrinfo on an address literal looks nothing up.
+        if r.name.parse::<std::net::IpAddr>().is_ok() {
+            return;
+        }
+        let info = self.procs.get(r.pid);
+        if let Some(comm) = &info.comm {
+            r.comm = Arc::clone(comm);
+        }
+        r.exe = info.exe.clone();
+        self.lookups.add(r.clone());
+        self.dns_out.push(r);
     }
 
     pub fn live_len(&self) -> usize {
@@ -141,9 +161,22 @@ impl ConnTable {
                 Some(r)
             }
             Event::Dns(ev) => {
-                let r = DnsRecord::new(&ev, &self.clock);
-                self.lookups.add(r.clone());
-                self.dns_out.push(r);
+                let mut r = DnsRecord::new(&ev, &self.clock);
+                self.wire
+                    .complete_libc(&mut r, ev.tid, ev.start_ns, &self.clock);
+                self.add_lookup(r);
+                None
+            }
+            Event::DnsPacket(ev) => {
+                if let Some(r) = self.wire.packet(&ev, &self.clock) {
+                    self.add_lookup(r);
+                }
+                None
+            }
+            Event::DnsSockReleased { ts_ns, cookie } => {
+                for r in self.wire.released(cookie, ts_ns, &self.clock) {
+                    self.add_lookup(r);
+                }
                 None
             }
             Event::TlsName { sk, len, name } => {
@@ -232,9 +265,12 @@ impl ConnTable {
     }
 }
 
-/// Attaches the lookup an outbound connection followed.
+/// Attaches the lookup an outbound connection followed. A connection to a
+/// DNS server (DNS over TCP) carries lookups; it does not follow one.
 fn join_dns(lookups: &Lookups, r: &mut ConnRecord) {
-    if r.direction == crate::record::Direction::Outbound {
+    if r.direction == crate::record::Direction::Outbound
+        && r.remote_port != observer_common::dns::DNS_PORT
+    {
         if let (Some(pid), Some(tid)) = (r.pid, r.tid) {
             r.dns = lookups.join(pid, tid, r.remote_addr, r.start_unix_ns);
         }

@@ -32,6 +32,10 @@ pub enum Event {
     TlsProcess { pid: u32, library: u8 },
     /// A getaddrinfo call finished.
     Dns(Box<observer_common::dns::DnsEvent>),
+    /// A DNS message to or from port 53.
+    DnsPacket(Box<observer_common::dns::DnsPacketEvent>),
+    /// A socket that sent DNS queries was released at `ts_ns`.
+    DnsSockReleased { ts_ns: u64, cookie: u64 },
     /// Process `pid` made `calls` plaintext TLS calls in one kernel rate window.
     TlsBusy { pid: u32, calls: u32 },
     /// The server name of the TLS connection on `sk`.
@@ -115,6 +119,17 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         EventKind::Dns => {
             let ev: observer_common::dns::DnsEvent = read(bytes, hdr.kind)?;
             Ok(Event::Dns(Box::new(ev)))
+        }
+        EventKind::DnsPacket => {
+            let ev: observer_common::dns::DnsPacketEvent = read(bytes, hdr.kind)?;
+            Ok(Event::DnsPacket(Box::new(ev)))
+        }
+        EventKind::DnsSockReleased => {
+            let ev: observer_common::dns::DnsSockEvent = read(bytes, hdr.kind)?;
+            Ok(Event::DnsSockReleased {
+                ts_ns: ev.hdr.ts_ns,
+                cookie: ev.cookie,
+            })
         }
         EventKind::TlsBusy => {
             let ev: TlsBusyEvent = read(bytes, hdr.kind)?;

@@ -18,6 +18,9 @@ pub struct DnsReport {
     /// e.g. "getaddrinfo in /usr/lib/x86_64-linux-gnu/libc.so.6".
     pub probed: Option<String>,
     pub error: Option<String>,
+    /// Wire lookups: e.g. "port 53 on cgroup /sys/fs/cgroup".
+    pub wire_probed: Option<String>,
+    pub wire_error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -161,15 +164,12 @@ pub fn run(nvml_lib: Option<&str>) -> Report {
     );
     tls.discover(&mut loaded.ebpf);
     report.tls = Some(tls.report.clone());
-    report.dns = Some(match crate::dns::attach(&mut loaded.ebpf) {
-        Ok(what) => DnsReport {
-            probed: Some(what),
-            error: None,
-        },
-        Err(e) => DnsReport {
-            probed: None,
-            error: Some(e),
-        },
+    let dns = crate::dns::attach(&mut loaded.ebpf);
+    report.dns = Some(DnsReport {
+        probed: dns.libc.clone().ok(),
+        error: dns.libc.err(),
+        wire_probed: dns.wire.clone().ok(),
+        wire_error: dns.wire.err(),
     });
     report
 }
@@ -256,7 +256,14 @@ pub fn print(r: &Report) {
         match (&d.probed, &d.error) {
             (Some(what), _) => println!("DNS lookups: {what}, for every process"),
             (None, e) => println!(
-                "DNS lookups: NOT SEEN ({}): records carry \"dns\": null",
+                "DNS lookups: NOT SEEN ({}): only lookups on the wire are seen",
+                e.as_deref().unwrap_or("?")
+            ),
+        }
+        match (&d.wire_probed, &d.wire_error) {
+            (Some(what), _) => println!("DNS on the wire: {what}, for every process"),
+            (None, e) => println!(
+                "DNS on the wire: NOT SEEN ({}): lookups by programs with their own resolver are missed, library lookups lack their server",
                 e.as_deref().unwrap_or("?")
             ),
         }

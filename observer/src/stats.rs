@@ -26,6 +26,8 @@ pub struct Stats {
     pub export_full: AtomicU64,
     /// DNS lookup records.
     pub dns: AtomicU64,
+    /// Wire lookups not followed: the correlator's tables were full.
+    pub dns_overflow: AtomicU64,
 }
 
 impl Stats {
@@ -65,6 +67,8 @@ pub struct Summary {
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).
     pub tls_commands_dropped: u64,
+    /// What the wire view of DNS saw besides lookups.
+    pub dns_wire: DnsWireSummary,
     /// TLS libraries found and probes attached.
     pub tls: Option<crate::tls::TlsReport>,
     /// `observer run`: what the OTLP exporter did.
@@ -88,6 +92,8 @@ pub struct Dropped {
     pub channel: u64,
     /// Output could not keep up.
     pub output: u64,
+    /// DNS lookups on the wire not followed (too many in flight at once).
+    pub dns: u64,
 }
 
 impl Dropped {
@@ -98,7 +104,19 @@ impl Dropped {
             + self.evicted
             + self.channel
             + self.output
+            + self.dns
     }
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct DnsWireSummary {
+    /// Port-53 payloads that were not DNS messages (skipped).
+    pub malformed: u64,
+    /// Queries still unanswered when watching stopped (not reported).
+    pub in_flight_at_stop: u64,
+    /// Sockets the kernel could not remember (map full): their unanswered
+    /// queries ended by age (30 s) rather than at the socket's release.
+    pub kernel_sock_insert_failed: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

@@ -84,13 +84,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         );
     }
     let mut bpf = loaded.ebpf;
-    let dns_line = match crate::dns::attach(&mut bpf) {
-        Ok(what) => format!("DNS: {what}"),
-        Err(e) => {
-            tracing::warn!("DNS lookups not seen: {e}");
-            format!("DNS: off ({e})")
-        }
-    };
+    let dns_line = crate::dns::attach(&mut bpf).summary();
     let mut tls = TlsProbes::new(
         &mut bpf,
         tls::Settings {
@@ -254,6 +248,12 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
             evicted: end.evicted,
             channel: Stats::get(&stats.channel_full),
             output: Stats::get(&stats.output_full),
+            dns: end.dns_overflow,
+        },
+        dns_wire: crate::stats::DnsWireSummary {
+            malformed: end.dns_malformed,
+            in_flight_at_stop: end.dns_in_flight,
+            kernel_sock_insert_failed: k(Counter::DnsSockInsertFailed),
         },
         decode_errors: Stats::get(&stats.decode_errors),
         proc_unreadable: end.proc_unreadable,
@@ -379,6 +379,9 @@ struct CorrelatorEnd {
     proc_unreadable: u64,
     /// Entries left in CONNS at stop (open connections, or leaks).
     kernel_tracked: u64,
+    dns_malformed: u64,
+    dns_in_flight: u64,
+    dns_overflow: u64,
 }
 
 /// Where finished records go.
@@ -489,6 +492,10 @@ async fn correlate(
             }
             _ = tick.tick() => {
                 table.set_clock(Clock::sample());
+                stats.dns_overflow.store(table.wire.overflow, std::sync::atomic::Ordering::Relaxed);
+                for d in table.dns_out.drain(..) {
+                    emit_dns(d);
+                }
                 if let Some(m) = &sinks.metrics {
                     health(m, &stats, &counters);
                     if let Some(h) = &sinks.gpu {
@@ -514,6 +521,9 @@ async fn correlate(
         evicted: table.evicted,
         proc_unreadable: table.proc_unreadable(),
         kernel_tracked: conns.conns.keys().count() as u64,
+        dns_malformed: table.wire.malformed,
+        dns_in_flight: table.wire.pending_len() as u64,
+        dns_overflow: table.wire.overflow,
     }
 }
 
@@ -591,6 +601,7 @@ fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &ebpf::KernelCounters) {
         ("channel", Stats::get(&stats.channel_full)),
         ("output", Stats::get(&stats.output_full)),
         ("exporter", Stats::get(&stats.export_full)),
+        ("dns", Stats::get(&stats.dns_overflow)),
     ];
     if let Ok(mut m) = m.lock() {
         for (stage, v) in stages {
@@ -646,7 +657,7 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
         )
     });
     format!(
-        "summary: {} connections closed, {} open-connection snapshots, {} dns lookups, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}){tls}{export}",
+        "summary: {} connections closed, {} open-connection snapshots, {} dns lookups, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}, dns {}){tls}{export}",
         s.connections_closed,
         s.open_records,
         s.dns_lookups,
@@ -658,6 +669,7 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
         d.kernel_missed,
         d.evicted,
         d.channel,
-        d.output
+        d.output,
+        d.dns
     )
 }

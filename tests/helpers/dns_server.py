@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""A DNS server for the tests (UDP, one question per query).
+"""A DNS server for the tests, on 127.0.0.1:53 over UDP and TCP (one question
+per query).
 
-Names starting with "nx" get NXDOMAIN, names starting with "drop" no answer at
-all; every other name an A record 127.0.0.1 (and no AAAA), after --delay-ms.
+Every name gets an A record 127.0.0.1 (and no AAAA) after --delay-ms, except:
+names starting with "nx" get NXDOMAIN, "drop" no answer at all, "once" no
+answer to the first query for the name (answers to the ones after), "tc" a
+truncated empty answer over UDP (the full one over TCP).
 Prints "READY" once listening."""
 import argparse
 import socket
@@ -10,6 +13,9 @@ import struct
 import sys
 import threading
 import time
+
+seen = set()
+seen_lock = threading.Lock()
 
 
 def qname(data, off):
@@ -21,37 +27,83 @@ def qname(data, off):
     return ".".join(labels), off + 1
 
 
-def answer(sock, data, addr, delay):
+def reply(data, delay, tcp):
+    """The response to the query `data`, or None for no answer."""
     name, end = qname(data, 12)
     qtype = struct.unpack("!H", data[end:end + 2])[0]
     question = data[12:end + 4]
     if name.startswith("drop"):
-        return
+        return None
+    if name.startswith("once"):
+        with seen_lock:
+            first = (name, qtype) not in seen
+            seen.add((name, qtype))
+        if first:
+            return None
     time.sleep(delay)
     tid = data[:2]
     if name.startswith("nx"):
-        hdr = tid + struct.pack("!HHHHH", 0x8183, 1, 0, 0, 0)
-        sock.sendto(hdr + question, addr)
-        return
+        return tid + struct.pack("!HHHHH", 0x8183, 1, 0, 0, 0) + question
+    if name.startswith("tc") and not tcp:
+        return tid + struct.pack("!HHHHH", 0x8380, 1, 0, 0, 0) + question
     if qtype == 1:
         rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + socket.inet_aton("127.0.0.1")
-        hdr = tid + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0)
-        sock.sendto(hdr + question + rr, addr)
-    else:
-        hdr = tid + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0)
-        sock.sendto(hdr + question, addr)
+        return tid + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0) + question + rr
+    return tid + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0) + question
+
+
+def udp_answer(sock, data, addr, delay):
+    r = reply(data, delay, False)
+    if r is not None:
+        sock.sendto(r, addr)
+
+
+def recv_exact(conn, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def tcp_client(conn, delay):
+    with conn:
+        while True:
+            head = recv_exact(conn, 2)
+            if head is None:
+                return
+            data = recv_exact(conn, struct.unpack("!H", head)[0])
+            if data is None:
+                return
+            r = reply(data, delay, True)
+            if r is not None:
+                conn.sendall(struct.pack("!H", len(r)) + r)
+
+
+def tcp_server(delay):
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 53))
+    ls.listen(64)
+    while True:
+        conn, _ = ls.accept()
+        threading.Thread(target=tcp_client, args=(conn, delay), daemon=True).start()
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--delay-ms", type=float, default=0)
     a = ap.parse_args()
+    delay = a.delay_ms / 1000
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 53))
+    threading.Thread(target=tcp_server, args=(delay,), daemon=True).start()
     print("READY", flush=True)
     while True:
         data, addr = s.recvfrom(512)
-        threading.Thread(target=answer, args=(s, data, addr, a.delay_ms / 1000), daemon=True).start()
+        threading.Thread(target=udp_answer, args=(s, data, addr, delay), daemon=True).start()
 
 
 if __name__ == "__main__":

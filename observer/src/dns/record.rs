@@ -1,6 +1,7 @@
 //! DNS records and the join of lookups to connections.
 
 use std::{
+    borrow::Cow,
     collections::{HashMap, VecDeque},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
@@ -18,19 +19,36 @@ pub struct DnsRecord {
     pub kind: &'static str,
     pub pid: u32,
     pub tid: u32,
+    /// The process's name (its main thread's; the kernel's thread name when
+    /// /proc could not tell).
     pub comm: Arc<str>,
+    /// The process's executable, when /proc could tell.
+    pub exe: Option<Arc<str>>,
     pub name: Arc<str>,
-    /// "A", "AAAA", or "ANY" (getaddrinfo asked for both).
-    pub qtype: &'static str,
+    /// "A", "AAAA", ... as asked on the wire; library lookups: "A", "AAAA",
+    /// or "ANY" (getaddrinfo asked for both).
+    pub qtype: Cow<'static, str>,
     pub duration_ns: u64,
     /// "ok", "nxdomain", "no_data", "timeout" (temporary failure), "error".
     pub result: &'static str,
-    /// The server asked (null for library lookups: not seen at this level).
+    /// The server asked (seen on the wire; null for a library lookup that
+    /// sent nothing, answered from /etc/hosts or a cache).
     pub server: Option<String>,
     pub answers: Vec<IpAddr>,
     pub start_unix_ns: u64,
-    /// "libc" (a future wire view adds "wire").
+    /// "libc": a C library call (its queries on the wire add `server`, `id`,
+    /// `rcode`, `retries`); "wire": queries a program sent itself.
     pub source: &'static str,
+    /// The first query's id.
+    pub id: Option<u16>,
+    /// The response code ("NOERROR", "NXDOMAIN", "SERVFAIL", ...; null: no
+    /// response seen).
+    pub rcode: Option<Cow<'static, str>>,
+    /// Queries sent again for the same question (a timeout's retries, or
+    /// the TCP retry of a truncated answer).
+    pub retries: Option<u32>,
+    /// "udp" or "tcp" (of the last query).
+    pub transport: Option<&'static str>,
 }
 
 /// The `dns` object of a connection record.
@@ -78,18 +96,23 @@ impl DnsRecord {
             pid: ev.pid,
             tid: ev.tid,
             comm: Arc::from(comm_str_n(&ev.comm)),
+            exe: None,
             name: Arc::from(comm_str_n(&ev.name)),
-            qtype: match u16::try_from(ev.family).unwrap_or(0) {
+            qtype: Cow::Borrowed(match u16::try_from(ev.family).unwrap_or(0) {
                 AF_INET => "A",
                 AF_INET6 => "AAAA",
                 _ => "ANY",
-            },
+            }),
             duration_ns: ev.end_ns.saturating_sub(ev.start_ns),
             result: result(ev.ret),
             server: None,
             answers,
             start_unix_ns: clock.to_unix_ns(ev.start_ns),
             source: "libc",
+            id: None,
+            rcode: None,
+            retries: None,
+            transport: None,
         }
     }
 
@@ -178,14 +201,19 @@ mod tests {
             pid,
             tid,
             comm: Arc::from("curl"),
+            exe: None,
             name: Arc::from("api.test"),
-            qtype: "ANY",
+            qtype: "ANY".into(),
             duration_ns: 1_000,
             result: if ips.is_empty() { "nxdomain" } else { "ok" },
             server: None,
             answers: ips.iter().map(|s| s.parse().expect("ip")).collect(),
             start_unix_ns: start,
             source: "libc",
+            id: None,
+            rcode: None,
+            retries: None,
+            transport: None,
         }
     }
 

@@ -192,6 +192,8 @@ pub fn detach_all(ebpf: &mut Ebpf) {
             Program::TracePoint(p) => p.unload(),
             Program::RawTracePoint(p) => p.unload(),
             Program::UProbe(p) => p.unload(),
+            Program::CgroupSkb(p) => p.unload(),
+            Program::CgroupSock(p) => p.unload(),
             _ => Ok(()),
         };
         if let Err(e) = res {

@@ -1,0 +1,29 @@
+//! cgroup/sock_release on the root cgroup: a socket that sent DNS queries is
+//! gone, so its queries still unanswered will never be (a client that gave
+//! up: `dig` timing out, a resolver closing its socket).
+
+use aya_ebpf::{
+    helpers::bpf_get_socket_cookie, macros::cgroup_sock, programs::SockContext, EbpfContext,
+};
+use observer_common::{dns::DnsSockEvent, EventKind};
+
+use crate::{
+    cgroup_skb::DNS_SOCKS,
+    ctx::now_ns,
+    events::{reserve, submit_flags},
+};
+
+#[cgroup_sock(sock_release)]
+pub fn dns_sock_release(ctx: SockContext) -> i32 {
+    // SAFETY: the program's own context.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    if DNS_SOCKS.get_ptr(&cookie).is_some() {
+        if let Some(mut entry) = reserve::<DnsSockEvent>(EventKind::DnsSockReleased, now_ns()) {
+            // SAFETY: `entry` is a reserved record of the right size.
+            unsafe { (*entry.as_mut_ptr()).cookie = cookie };
+            entry.submit(submit_flags());
+        }
+        let _ = DNS_SOCKS.remove(&cookie);
+    }
+    1
+}
