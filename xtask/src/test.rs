@@ -23,6 +23,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("nginx", "nginx"),
     // OpenTelemetry tests: a real Prometheus server scrapes the endpoint.
     ("prometheus", "prometheus"),
+    // DNS tests: a resolver that sends its own queries.
+    ("dig", "dnsutils"),
 ];
 
 fn have(cmd: &str) -> bool {
