@@ -191,7 +191,13 @@ pub struct OwnerEvent {
     pub tid: u32,
     pub comm: [u8; 16],
     pub direction: u8,
-    pub _pad: [u8; 7],
+    pub _pad: u8,
+    /// AF_INET or AF_INET6 (0: unknown).
+    pub family: u16,
+    pub _pad2: u32,
+    /// The far end (IPv4: first 4 bytes): for an outbound connection, known
+    /// at connect, which lets the lookup that led to it be marked at once.
+    pub daddr: [u8; 16],
 }
 
 /// Record for [`EventKind::Close`].
@@ -309,7 +315,7 @@ mod pod {
 // Layout checks: a change here is a wire-format change on both sides.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
 const _: () = assert!(core::mem::size_of::<Conn>() == 160);
-const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 40);
+const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);
 const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 160 + 112);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 24 + EXEC_PATH_LEN);

@@ -59,7 +59,10 @@ pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
         (*ev).tid = conn.tid;
         (*ev).comm = conn.comm;
         (*ev).direction = conn.direction;
-        (*ev)._pad = [0; 7];
+        (*ev)._pad = 0;
+        (*ev).family = conn.family;
+        (*ev)._pad2 = 0;
+        (*ev).daddr = conn.daddr;
     }
     entry.submit(submit_flags());
 }

@@ -36,7 +36,10 @@ fn stream() -> Vec<Vec<u8>> {
             tid: pid,
             comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
             direction: DIR_OUTBOUND,
-            _pad: [0; 7],
+            _pad: 0,
+            family: observer_common::AF_INET,
+            _pad2: 0,
+            daddr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         };
         let mut conn = Conn {
             sk,

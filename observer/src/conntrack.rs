@@ -84,6 +84,12 @@ impl ConnTable {
         }
     }
 
+    /// Lookups that led to no connection within `grace_ns` (all that are
+    /// left, with u64::MAX), to be traced on their own.
+    pub fn unused_lookups(&mut self, now_unix_ns: u64, grace_ns: u64) -> Vec<DnsRecord> {
+        self.lookups.unused(now_unix_ns, grace_ns)
+    }
+
     fn add_lookup(&mut self, mut r: DnsRecord) {
         // getaddrinfo on an address literal looks nothing up.
         if r.name.parse::<std::net::IpAddr>().is_ok() {
@@ -111,8 +117,21 @@ impl ConnTable {
     pub fn handle(&mut self, event: Event) -> Option<ConnRecord> {
         match event {
             Event::Owner {
-                sk, pid, tid, comm, ..
+                ts_ns,
+                sk,
+                pid,
+                tid,
+                comm,
+                direction,
+                remote,
             } => {
+                // The lookup an outbound connection follows is marked at
+                // connect: it is not traced on its own.
+                if let (observer_common::DIR_OUTBOUND, Some(ip)) = (direction, remote) {
+                    let _ = self
+                        .lookups
+                        .join(pid, tid, ip, self.clock.to_unix_ns(ts_ns));
+                }
                 if self.names.len() >= MAX_NAMES {
                     self.names.clear();
                 }
@@ -157,7 +176,7 @@ impl ConnTable {
                     name,
                     Some(&self.clock),
                 );
-                join_dns(&self.lookups, &mut r);
+                join_dns(&mut self.lookups, &mut r);
                 Some(r)
             }
             Event::Dns(ev) => {
@@ -223,7 +242,7 @@ impl ConnTable {
                     if now_ns.saturating_sub(conn.start_ns) >= interval_ns {
                         live.last_snapshot_ns = now_ns;
                         let mut r = snapshot(kernel, &conn, live, &self.clock, State::Open);
-                        join_dns(&self.lookups, &mut r);
+                        join_dns(&mut self.lookups, &mut r);
                         out.push(r);
                     }
                 }
@@ -254,7 +273,7 @@ impl ConnTable {
                         State::Open
                     };
                     let mut r = snapshot(kernel, &conn, &live, &self.clock, state);
-                    join_dns(&self.lookups, &mut r);
+                    join_dns(&mut self.lookups, &mut r);
                     out.push(r);
                 }
                 None => self.evicted += 1,
@@ -267,7 +286,7 @@ impl ConnTable {
 
 /// Attaches the lookup an outbound connection followed. A connection to a
 /// DNS server (DNS over TCP) carries lookups; it does not follow one.
-fn join_dns(lookups: &Lookups, r: &mut ConnRecord) {
+fn join_dns(lookups: &mut Lookups, r: &mut ConnRecord) {
     if r.direction == crate::record::Direction::Outbound
         && r.remote_port != observer_common::dns::DNS_PORT
     {
@@ -330,6 +349,7 @@ mod tests {
             tid: pid + 1,
             comm: *b"worker-thread\0\0\0",
             direction: DIR_OUTBOUND,
+            remote: None,
         }
     }
 

@@ -17,6 +17,8 @@ pub enum Event {
         tid: u32,
         comm: [u8; 16],
         direction: u8,
+        /// The far end, when the kernel knew it.
+        remote: Option<std::net::IpAddr>,
     },
     /// A connection closed; its final state and TLS timings (`library == 0`:
     /// no TLS seen).
@@ -92,6 +94,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 tid: ev.tid,
                 comm: ev.comm,
                 direction: ev.direction,
+                remote: crate::record::ip_of(ev.family, &ev.daddr),
             })
         }
         EventKind::Close => {
@@ -180,7 +183,10 @@ mod tests {
             tid: 11,
             comm: *b"curl\0\0\0\0\0\0\0\0\0\0\0\0",
             direction: observer_common::DIR_OUTBOUND,
-            _pad: [0; 7],
+            _pad: 0,
+            family: observer_common::AF_INET,
+            _pad2: 0,
+            daddr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         };
         let got = decode(as_bytes(&ev)).expect("decodes");
         assert_eq!(
@@ -191,7 +197,8 @@ mod tests {
                 pid: 10,
                 tid: 11,
                 comm: ev.comm,
-                direction: observer_common::DIR_OUTBOUND
+                direction: observer_common::DIR_OUTBOUND,
+                remote: Some(std::net::IpAddr::from([10, 0, 0, 1])),
             }
         );
     }

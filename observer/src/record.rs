@@ -123,6 +123,11 @@ fn addr(family: u16, bytes: &[u8; 16]) -> (Family, IpAddr) {
     }
 }
 
+/// The address a connection event carries (None: family unknown).
+pub fn ip_of(family: u16, bytes: &[u8; 16]) -> Option<IpAddr> {
+    (family == observer_common::AF_INET || family == AF_INET6).then(|| addr(family, bytes).1)
+}
+
 /// Names an errno reported on the socket.
 fn errno_word(errno: u32) -> &'static str {
     match errno as i32 {

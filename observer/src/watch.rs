@@ -32,6 +32,7 @@ use crate::{
         metrics::Metrics,
         otlp::{ExportStats, Exporter, Sampling},
         prometheus,
+        spans::Traced,
     },
     filter::Filter,
     gpu,
@@ -57,6 +58,10 @@ pub struct ExportSetup {
     /// Also print records on stdout.
     pub print: bool,
 }
+
+/// A lookup no connection followed within this is traced on its own (a
+/// connection that comes later still shows it as its child span).
+const UNUSED_LOOKUP_GRACE_NS: u64 = 5_000_000_000;
 
 /// Records waiting for the OTLP exporter.
 const EXPORT_QUEUE: usize = 8192;
@@ -389,7 +394,7 @@ struct Sinks {
     /// The output thread (watch, or run --print).
     out: Option<mpsc::Sender<output::Line>>,
     /// The OTLP exporter's queue.
-    export: Option<mpsc::Sender<ConnRecord>>,
+    export: Option<mpsc::Sender<Traced>>,
     /// Histograms and counters (Prometheus, OTLP metrics).
     metrics: Option<Arc<Mutex<Metrics>>>,
     /// GPU samples, joined to the records of processes that use a GPU.
@@ -437,7 +442,7 @@ async fn correlate(
                 }
             }
             if let Some(tx) = &sinks.export {
-                if tx.try_send(r.clone()).is_err() {
+                if tx.try_send(Traced::Conn(r.clone())).is_err() {
                     Stats::add(&stats.export_full, 1);
                 }
             }
@@ -462,6 +467,15 @@ async fn correlate(
         if let Some(out) = &sinks.out {
             if out.try_send(output::Line::Dns(r)).is_err() {
                 Stats::add(&stats.output_full, 1);
+            }
+        }
+    };
+    // Lookups no connection followed: traces of their own.
+    let export_unused = |rs: Vec<crate::dns::DnsRecord>| {
+        let Some(tx) = &sinks.export else { return };
+        for r in rs.into_iter().filter(|r| filter.matches_dns(r)) {
+            if tx.try_send(Traced::Dns(r)).is_err() {
+                Stats::add(&stats.export_full, 1);
             }
         }
     };
@@ -493,6 +507,8 @@ async fn correlate(
             _ = tick.tick() => {
                 table.set_clock(Clock::sample());
                 stats.dns_overflow.store(table.wire.overflow, std::sync::atomic::Ordering::Relaxed);
+                let now = Clock::sample().to_unix_ns(monotonic_ns());
+                export_unused(table.unused_lookups(now, UNUSED_LOOKUP_GRACE_NS));
                 for d in table.dns_out.drain(..) {
                     emit_dns(d);
                 }
@@ -517,6 +533,7 @@ async fn correlate(
     for r in table.drain_open(&conns) {
         emit(r);
     }
+    export_unused(table.unused_lookups(u64::MAX, 0));
     CorrelatorEnd {
         evicted: table.evicted,
         proc_unreadable: table.proc_unreadable(),
@@ -531,7 +548,7 @@ async fn correlate(
 const EXPORT_FLUSH: Duration = Duration::from_secs(10);
 
 type ExportParts = (
-    (Option<mpsc::Sender<ConnRecord>>, Arc<Mutex<Metrics>>),
+    (Option<mpsc::Sender<Traced>>, Arc<Mutex<Metrics>>),
     Option<tokio::task::JoinHandle<()>>,
     Arc<ExportStats>,
     Option<tokio::task::JoinHandle<()>>,
@@ -572,7 +589,7 @@ async fn start_export(e: ExportSetup, probes_attached: u64) -> anyhow::Result<Ex
         resource.push(attrs::s(k, v.clone()));
     }
     let (tx, task) = if s.otlp.traces.is_some() || s.otlp.metrics.is_some() {
-        let (tx, rx) = mpsc::channel::<ConnRecord>(EXPORT_QUEUE);
+        let (tx, rx) = mpsc::channel::<Traced>(EXPORT_QUEUE);
         let exporter = Exporter {
             config: s.otlp.clone(),
             sampling: Sampling {

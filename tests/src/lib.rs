@@ -8,6 +8,9 @@
     reason = "test helpers: a panic is a test failure"
 )]
 
+mod dns_ns;
+pub use dns_ns::DnsNs;
+
 use std::{
     io::{BufRead, BufReader},
     path::PathBuf,

@@ -3,76 +3,15 @@
 //! a network namespace that answers after a known delay.
 #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
-};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 use tests::*;
 
 const DELAY_MS: f64 = 150.0;
 
-/// A network namespace with lo up, a resolv.conf naming a DNS server inside
-/// it, the server, and an HTTP server; removed on drop.
-struct Ns {
-    name: String,
-    dns: Child,
-    http: HelperServer,
-}
-
-impl Ns {
-    fn new() -> Ns {
-        let name = format!("obs-dns-{}", std::process::id());
-        let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
-        ok(Command::new("ip").args(["netns", "add", &name]));
-        ok(Command::new("ip").args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"]));
-        let etc = format!("/etc/netns/{name}");
-        std::fs::create_dir_all(&etc).unwrap();
-        std::fs::write(
-            format!("{etc}/resolv.conf"),
-            "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
-        )
-        .unwrap();
-        let mut dns = Command::new("ip")
-            .args(["netns", "exec", &name, "python3"])
-            .arg(helper("dns_server.py"))
-            .args(["--delay-ms", &DELAY_MS.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(dns.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "READY");
-        let http = HelperServer::spawn(
-            Command::new("ip")
-                .args(["netns", "exec", &name, "python3"])
-                .arg(helper("server.py"))
-                .args(["--response-bytes", "10"]),
-        );
-        Ns { name, dns, http }
-    }
-
-    fn exec(&self, args: &[&str]) -> std::process::Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.name])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = self.dns.kill();
-        let _ = self.dns.wait();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.name));
-    }
+fn ns() -> DnsNs {
+    DnsNs::new(DELAY_MS)
 }
 
 fn lookups<'a>(w: &'a Watched, comm: &str, name: &str) -> Vec<&'a Value> {
@@ -87,8 +26,14 @@ fn library_lookups_their_durations_results_and_the_connection_they_lead_to() {
     let Some(_serial) = begin("dns_libc", &["curl", "python3", "ip", "getent"]) else {
         return;
     };
-    let ns = Ns::new();
+    let ns = ns();
     let w = Watch::start(&[]);
+    // curl's time_namelookup also holds curl's own hand-off from its
+    // resolver thread (0.2 ms here when quiet). The first curl after the
+    // observer starts competes with the observer's start-up work (TLS
+    // discovery, per-process probes) on this 2-CPU machine and once showed
+    // 2.02 ms: one unmeasured curl first.
+    ns.exec(&["curl", "-s", "-o", "/dev/null", "http://warm.test:1/"]);
     let out = ns.exec(&[
         "curl",
         "-s",
@@ -190,7 +135,7 @@ fn five_hundred_parallel_lookups_each_reported_once() {
     let Some(_serial) = begin("dns_parallel", &["python3", "ip"]) else {
         return;
     };
-    let ns = Ns::new();
+    let ns = ns();
     let w = Watch::start(&[]);
     // Each process prints how many of its lookups failed (the DNS server
     // of this test drops some of 500 queries at once: the resolver then times
@@ -289,14 +234,13 @@ fn dig_said(out: &std::process::Output) -> ((String, u64), f64) {
     ((field("status:"), field("id:").parse().unwrap()), time)
 }
 
-/// dig's "Query time" runs from when dig decides to send to when its event
-/// loop handles the answer, across its network threads (and, over TCP, its
-/// connection setup): up to 4 ms longer than the query on the wire was seen
-/// here on a busy 2-core VM, never shorter. It prints whole milliseconds.
-/// So ours lies within [dig's - 5 ms, dig's + 1 ms] and holds the server's
-/// injected delay.
+/// dig's "Query time" is read off its event loop's cached clock and printed
+/// in whole milliseconds: it came out up to 5 ms longer and 3 ms shorter
+/// than the server's injected delay here (147 ms for 150 injected), so it is
+/// checked within 6 ms. The injected delay is the exact check: ours holds
+/// it and at most 5 ms more (the server's thread start and sleep).
 fn within_digs(ours_ms: f64, dig_ms: f64) -> bool {
-    ours_ms >= DELAY_MS && ours_ms <= dig_ms + 1.0 && dig_ms - ours_ms <= 5.0
+    (ours_ms - dig_ms).abs() <= 6.0 && ours_ms >= DELAY_MS && ours_ms <= DELAY_MS + 5.0
 }
 
 fn only<'a>(w: &'a Watched, comm: &str, name: &str) -> &'a Value {
@@ -313,7 +257,7 @@ fn wire_lookups_of_programs_with_their_own_resolver() {
     let Some(_serial) = begin("dns_wire", &["dig", "python3", "ip"]) else {
         return;
     };
-    let ns = Ns::new();
+    let ns = ns();
     let w = Watch::start(&[]);
     let dig = |args: &[&str]| {
         let mut a = vec!["dig", "+tries=1", "+timeout=1"];

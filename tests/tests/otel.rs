@@ -917,3 +917,85 @@ fn otlp_http_over_tls() {
     assert!(export["spans_sent"].as_u64() >= Some(3), "{export:#}");
     assert!(export["metric_exports"].as_u64() >= Some(1), "{export:#}");
 }
+
+/// Lookups as spans: curl's lookup (in a namespace whose DNS server answers
+/// after 150 ms) is a child of its connection's trace, as long as curl's
+/// `time_namelookup`; dig's lookup, which leads to no connection, is a trace
+/// of its own, once; both feed `dns.lookup.duration`.
+#[test]
+fn lookups_as_spans_and_metrics() {
+    let Some(_serial) = begin("otlp_dns", &["curl", "dig", "ip", "python3"]) else {
+        return;
+    };
+    let ns = DnsNs::new(150.0);
+    let (rec, port) = grpc_receiver();
+    let env = [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        ),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "500".to_owned()),
+    ];
+    let run = Run::start(&env, &["--prometheus-listen", "none"]);
+    let out = ns.exec(&[
+        "sh",
+        "-c",
+        &format!(
+            "echo $$; exec curl -s -o /dev/null -w '%{{time_namelookup}}' http://api.test:{}/",
+            ns.http.port
+        ),
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let curl_pid: u32 = lines.next().unwrap().trim().parse().unwrap();
+    let namelookup_ms = lines.next().unwrap().trim().parse::<f64>().unwrap() * 1e3;
+    let dig = ns.exec(&["dig", "+tries=1", "+timeout=2", "nxspan.test"]);
+    assert!(dig.status.success());
+    let summary = run.stop();
+    assert_eq!(summary["export"]["records_dropped"], 0, "{summary:#}");
+
+    let (_, root, children) = trace_of(&rec, curl_pid);
+    let lookup = named(&children, "DNS lookup api.test");
+    assert_near("curl's lookup", ms_of(lookup), namelookup_ms, 2.0);
+    assert_eq!(
+        root.start_time_unix_nano, lookup.start_time_unix_nano,
+        "the connection's trace starts with its lookup"
+    );
+    assert_eq!(
+        attr_str(&root.attributes, "server.address").as_deref(),
+        Some("api.test")
+    );
+
+    let spans = all_spans(&rec);
+    let named_all = |name: &str| -> Vec<&(Vec<KeyValue>, Span)> {
+        spans.iter().filter(|(_, s)| s.name == name).collect()
+    };
+    assert_eq!(
+        named_all("DNS lookup api.test").len(),
+        1,
+        "curl's lookup once"
+    );
+    let standalone = named_all("DNS lookup nxspan.test");
+    assert_eq!(standalone.len(), 1, "{standalone:#?}");
+    let (res, s) = standalone[0];
+    assert!(s.parent_span_id.is_empty(), "a trace of its own");
+    assert_eq!(s.kind, SpanKind::Client as i32);
+    assert_eq!(
+        attr_str(res, "process.executable.name").as_deref(),
+        Some("dig")
+    );
+    assert_eq!(
+        attr_str(&s.attributes, "error.type").as_deref(),
+        Some("nxdomain")
+    );
+    assert_eq!(
+        attr_str(&s.attributes, "observer.dns.source").as_deref(),
+        Some("wire")
+    );
+    assert_eq!(
+        attr_str(&s.attributes, "server.address").as_deref(),
+        Some("127.0.0.1")
+    );
+    assert!(ms_of(s) >= 150.0, "{}", ms_of(s));
+    assert!(count_metric(&rec, "dns.lookup.duration") >= 2);
+}

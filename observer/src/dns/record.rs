@@ -47,7 +47,7 @@ pub struct DnsRecord {
     /// Queries sent again for the same question (a timeout's retries, or
     /// the TCP retry of a truncated answer).
     pub retries: Option<u32>,
-    /// "udp" or "tcp" (of the last query).
+    /// "udp", or "tcp" when any of its queries went over TCP.
     pub transport: Option<&'static str>,
 }
 
@@ -132,10 +132,19 @@ impl DnsRecord {
     }
 }
 
+/// A lookup kept for the join.
+struct Kept {
+    r: DnsRecord,
+    /// A connection followed it (seen at connect, or joined at a record).
+    used: bool,
+    /// Handed out to be traced on its own.
+    traced: bool,
+}
+
 /// Recent lookups per process, for the join.
 #[derive(Default)]
 pub struct Lookups {
-    by_pid: HashMap<u32, VecDeque<DnsRecord>>,
+    by_pid: HashMap<u32, VecDeque<Kept>>,
 }
 
 /// Lookups kept per process, and how long a lookup may lead to a connection.
@@ -154,7 +163,11 @@ impl Lookups {
         if q.len() >= PER_PID {
             q.pop_front();
         }
-        q.push_back(r);
+        q.push_back(Kept {
+            r,
+            used: false,
+            traced: false,
+        });
     }
 
     /// Drops lookups too old to join anything. A process's lookups outlive
@@ -163,31 +176,49 @@ impl Lookups {
     pub fn prune(&mut self, now_unix_ns: u64) {
         let horizon = now_unix_ns.saturating_sub(2 * ANSWER_WINDOW_NS);
         self.by_pid.retain(|_, q| {
-            q.retain(|r| r.end_unix_ns() >= horizon);
+            q.retain(|k| k.r.end_unix_ns() >= horizon);
             !q.is_empty()
         });
     }
 
     /// The lookup that led to a connection of `pid`/`tid` to `remote`
     /// started at `start`: the latest whose answer holds `remote`, else the
-    /// same thread's latest lookup just before.
-    pub fn join(&self, pid: u32, tid: u32, remote: IpAddr, start: u64) -> Option<DnsJoin> {
-        let q = self.by_pid.get(&pid)?;
-        let before = |r: &&DnsRecord| r.end_unix_ns() <= start + 1_000_000;
-        if let Some(r) = q.iter().rev().filter(before).find(|r| {
-            r.answers.contains(&remote) && start - r.end_unix_ns().min(start) <= ANSWER_WINDOW_NS
+    /// same thread's latest lookup just before. It is marked as used.
+    pub fn join(&mut self, pid: u32, tid: u32, remote: IpAddr, start: u64) -> Option<DnsJoin> {
+        let q = self.by_pid.get_mut(&pid)?;
+        let before = |r: &DnsRecord| r.end_unix_ns() <= start + 1_000_000;
+        let age = |r: &DnsRecord| start - r.end_unix_ns().min(start);
+        let (i, by) = match q.iter().rposition(|k| {
+            before(&k.r) && k.r.answers.contains(&remote) && age(&k.r) <= ANSWER_WINDOW_NS
         }) {
-            return Some(r.join("answer"));
+            Some(i) => (i, "answer"),
+            None => (
+                q.iter().rposition(|k| {
+                    before(&k.r)
+                        && k.r.tid == tid
+                        && k.r.answers.is_empty()
+                        && age(&k.r) <= THREAD_WINDOW_NS
+                })?,
+                "thread",
+            ),
+        };
+        q[i].used = true;
+        Some(q[i].r.join(by))
+    }
+
+    /// Lookups that led to no connection within `grace_ns` of their end
+    /// (all of them when `now_unix_ns` is u64::MAX), each handed out once:
+    /// they are traced on their own.
+    pub fn unused(&mut self, now_unix_ns: u64, grace_ns: u64) -> Vec<DnsRecord> {
+        let mut out = Vec::new();
+        for k in self.by_pid.values_mut().flatten() {
+            if !k.used && !k.traced && k.r.end_unix_ns().saturating_add(grace_ns) <= now_unix_ns {
+                k.traced = true;
+                out.push(k.r.clone());
+            }
         }
-        q.iter()
-            .rev()
-            .filter(before)
-            .find(|r| {
-                r.tid == tid
-                    && r.answers.is_empty()
-                    && start - r.end_unix_ns().min(start) <= THREAD_WINDOW_NS
-            })
-            .map(|r| r.join("thread"))
+        out.sort_by_key(|r| r.start_unix_ns);
+        out
     }
 }
 
@@ -227,6 +258,14 @@ mod tests {
         let j = l.join(1, 99, ip, 50 * MS).expect("by answer");
         assert_eq!(j.joined_by, "answer");
         let other: IpAddr = "10.9.9.9".parse().expect("ip");
+        assert_eq!(
+            l.unused(u64::MAX, 0)
+                .iter()
+                .map(|r| r.tid)
+                .collect::<Vec<_>>(),
+            vec![12],
+            "the lookup joined by answer is used"
+        );
         assert_eq!(
             l.join(1, 12, other, 50 * MS).map(|j| j.joined_by),
             Some("thread")

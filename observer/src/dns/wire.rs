@@ -130,7 +130,9 @@ impl WireLookups {
             .and_then(|id| self.pending.get_mut(id))
         {
             p.queries.push((ev.cookie, msg.id));
-            p.transport = transport;
+            if transport == "tcp" {
+                p.transport = transport;
+            }
             p.truncated = false;
             let id = self.by_question[&key];
             self.by_query.insert((ev.cookie, msg.id), id);
@@ -292,7 +294,11 @@ impl WireLookups {
         r.id = first.id;
         r.rcode = wire.iter().find_map(|w| w.rcode.clone());
         r.retries = Some(wire.iter().filter_map(|w| w.retries).sum());
-        r.transport = wire.last().and_then(|w| w.transport);
+        r.transport = if wire.iter().any(|w| w.transport == Some("tcp")) {
+            Some("tcp")
+        } else {
+            first.transport
+        };
     }
 
     pub fn pending_len(&self) -> usize {

@@ -21,8 +21,8 @@ use prost::Message;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use super::spans::Traced;
 use super::{attrs::Ids, metrics::Metrics, spans};
-use crate::record::ConnRecord;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Protocol {
@@ -375,10 +375,15 @@ pub struct Sampling {
 }
 
 impl Sampling {
-    pub fn keep(&self, r: &ConnRecord, draw: u64) -> bool {
-        let failed =
-            r.error.is_some() || r.tls.as_ref().is_some_and(|t| t.handshake_error.is_some());
-        let slow = r.duration_ns.unwrap_or(0) >= self.slow.as_nanos() as u64;
+    pub fn keep(&self, r: &Traced, draw: u64) -> bool {
+        let (failed, duration_ns) = match r {
+            Traced::Conn(r) => (
+                r.error.is_some() || r.tls.as_ref().is_some_and(|t| t.handshake_error.is_some()),
+                r.duration_ns.unwrap_or(0),
+            ),
+            Traced::Dns(r) => (r.result != "ok", r.duration_ns),
+        };
+        let slow = duration_ns >= self.slow.as_nanos() as u64;
         failed || slow || (draw as f64 / u64::MAX as f64) < self.ratio
     }
 }
@@ -402,7 +407,7 @@ const ATTEMPTS: u32 = 5;
 
 impl Exporter {
     /// Runs until its queue's senders are gone, then flushes what is left.
-    pub async fn run(self, mut rx: mpsc::Receiver<ConnRecord>) {
+    pub async fn run(self, mut rx: mpsc::Receiver<Traced>) {
         let traces = self
             .config
             .traces
@@ -426,7 +431,7 @@ impl Exporter {
                 }
             });
         let mut ids = Ids::new();
-        let mut batch: Vec<ConnRecord> = Vec::new();
+        let mut batch: Vec<Traced> = Vec::new();
         let mut flush = tokio::time::interval(FLUSH_EVERY);
         let mut metric_tick = tokio::time::interval(self.config.metric_interval);
         metric_tick.tick().await;
@@ -458,7 +463,7 @@ impl Exporter {
     async fn send_traces(
         &self,
         traces: &Option<(Signal, Sender)>,
-        batch: &mut Vec<ConnRecord>,
+        batch: &mut Vec<Traced>,
         ids: &mut Ids,
     ) {
         let Some((sig, sender)) = traces else {
@@ -534,9 +539,12 @@ mod tests {
     };
 
     use super::*;
-    use crate::{clock::Clock, record::State};
+    use crate::{
+        clock::Clock,
+        record::{ConnRecord, State},
+    };
 
-    fn rec(duration_ns: u64, refused: bool) -> ConnRecord {
+    fn rec(duration_ns: u64, refused: bool) -> Traced {
         let c = Conn {
             start_ns: 1,
             established_ns: 2,
@@ -550,7 +558,12 @@ mod tests {
             },
             ..Conn::default()
         };
-        ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed)
+        Traced::Conn(ConnRecord::new(
+            &c,
+            None,
+            &Clock::with_offset(0),
+            State::Closed,
+        ))
     }
 
     #[test]

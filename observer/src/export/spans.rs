@@ -1,5 +1,6 @@
 //! A connection record as a trace: a root span for the connection and child
-//! spans for its phases, under the observed process's resource. Requests are
+//! spans for its phases, under the observed process's resource; a lookup that
+//! led to no connection as a trace of its own. Requests are
 //! built with opentelemetry-proto directly: the SDK's tracer provider holds one
 //! resource, and one request here carries many processes.
 
@@ -13,15 +14,54 @@ use opentelemetry_proto::tonic::{
 };
 
 use super::attrs::{error_type, f, i, s, Ids};
-use crate::record::{ConnRecord, Direction, Family};
+use crate::{
+    dns::DnsRecord,
+    record::{ConnRecord, Direction, Family},
+};
+
+/// What goes out as a trace.
+#[derive(Debug, Clone)]
+pub enum Traced {
+    Conn(ConnRecord),
+    /// A lookup that led to no connection.
+    Dns(DnsRecord),
+}
+
+/// The process behind a record.
+struct Proc<'a> {
+    pid: Option<u32>,
+    comm: Option<&'a str>,
+    exe: Option<&'a str>,
+}
+
+impl Traced {
+    fn process(&self) -> Proc<'_> {
+        match self {
+            Traced::Conn(r) => Proc {
+                pid: r.pid,
+                comm: r.comm.as_deref(),
+                exe: r.exe.as_deref(),
+            },
+            Traced::Dns(r) => Proc {
+                pid: Some(r.pid),
+                comm: Some(&r.comm),
+                exe: r.exe.as_deref(),
+            },
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.process().pid
+    }
+}
 
 /// The process a record belongs to, as an OTel resource.
-pub fn resource(r: &ConnRecord, host: &str, service_name: Option<&str>) -> Vec<KeyValue> {
+pub fn resource(r: &Traced, host: &str, service_name: Option<&str>) -> Vec<KeyValue> {
+    let r = r.process();
     let exe_name = r
         .exe
-        .as_deref()
         .and_then(|p| p.rsplit('/').next())
-        .or(r.comm.as_deref())
+        .or(r.comm)
         .unwrap_or("unknown");
     let mut a = vec![
         s("service.name", service_name.unwrap_or(exe_name)),
@@ -31,10 +71,10 @@ pub fn resource(r: &ConnRecord, host: &str, service_name: Option<&str>) -> Vec<K
     if let Some(pid) = r.pid {
         a.push(i("process.pid", i64::from(pid)));
     }
-    if let Some(exe) = r.exe.as_deref() {
+    if let Some(exe) = r.exe {
         a.push(s("process.executable.path", exe));
     }
-    if let Some(comm) = r.comm.as_deref() {
+    if let Some(comm) = r.comm {
         a.push(s("process.command", comm));
     }
     if let Some(id) = r.pid.and_then(container_id) {
@@ -255,9 +295,54 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
     out
 }
 
+/// A lookup of its own: one CLIENT span.
+pub fn dns_spans(r: &DnsRecord, ids: &mut Ids) -> Vec<Span> {
+    let mut attrs = vec![
+        s("dns.question.name", r.name.to_string()),
+        s("observer.dns.qtype", r.qtype.to_string()),
+        s("observer.dns.result", r.result),
+        s("observer.dns.source", r.source),
+    ];
+    if let Some(server) = &r.server {
+        attrs.push(s("server.address", server.clone()));
+        attrs.push(i("server.port", 53));
+    }
+    if let Some(t) = r.transport {
+        attrs.push(s("network.transport", t));
+    }
+    if let Some(rcode) = &r.rcode {
+        attrs.push(s("observer.dns.rcode", rcode.to_string()));
+    }
+    if let Some(n) = r.retries {
+        attrs.push(i("observer.dns.retries", i64::from(n)));
+    }
+    if !r.answers.is_empty() {
+        let answers: Vec<String> = r.answers.iter().map(ToString::to_string).collect();
+        attrs.push(s("observer.dns.answers", answers.join(",")));
+    }
+    let failed = r.result != "ok";
+    if failed {
+        attrs.push(s("error.type", r.result));
+    }
+    vec![Span {
+        trace_id: ids.trace_id(),
+        span_id: ids.span_id(),
+        name: format!("DNS lookup {}", r.name),
+        kind: SpanKind::Client as i32,
+        start_time_unix_nano: r.start_unix_ns,
+        end_time_unix_nano: r.start_unix_ns + r.duration_ns,
+        attributes: attrs,
+        status: failed.then(|| Status {
+            code: StatusCode::Error as i32,
+            message: r.result.to_owned(),
+        }),
+        ..Span::default()
+    }]
+}
+
 /// One export request for many records, one resource per process.
 pub fn request(
-    records: &[ConnRecord],
+    records: &[Traced],
     host: &str,
     service_name: Option<&str>,
     ids: &mut Ids,
@@ -265,9 +350,12 @@ pub fn request(
     let mut by_pid: HashMap<Option<u32>, (Vec<KeyValue>, Vec<Span>)> = HashMap::new();
     for r in records {
         let entry = by_pid
-            .entry(r.pid)
+            .entry(r.pid())
             .or_insert_with(|| (resource(r, host, service_name), Vec::new()));
-        entry.1.extend(spans(r, ids));
+        match r {
+            Traced::Conn(c) => entry.1.extend(spans(c, ids)),
+            Traced::Dns(d) => entry.1.extend(dns_spans(d, ids)),
+        }
     }
     ExportTraceServiceRequest {
         resource_spans: by_pid
@@ -341,8 +429,68 @@ mod tests {
             assert_eq!(child.parent_span_id, s[0].span_id);
             assert_eq!(child.trace_id, s[0].trace_id);
         }
-        let req = request(&[r.clone(), r], "h", None, &mut Ids::new());
+        let req = request(
+            &[Traced::Conn(r.clone()), Traced::Conn(r)],
+            "h",
+            None,
+            &mut Ids::new(),
+        );
         assert_eq!(req.resource_spans.len(), 1, "one resource per process");
         assert_eq!(req.resource_spans[0].scope_spans[0].spans.len(), 6);
+    }
+
+    #[test]
+    fn a_lookup_of_its_own_is_one_client_span_under_its_process() {
+        let r = DnsRecord {
+            kind: "dns",
+            pid: 42,
+            tid: 43,
+            comm: "dig".into(),
+            exe: Some("/usr/bin/dig".into()),
+            name: "gone.test".into(),
+            qtype: "A".into(),
+            duration_ns: 5_000,
+            result: "nxdomain",
+            server: Some("10.0.0.53".into()),
+            answers: vec![],
+            start_unix_ns: 1_000,
+            source: "wire",
+            id: Some(7),
+            rcode: Some("NXDOMAIN".into()),
+            retries: Some(0),
+            transport: Some("udp"),
+        };
+        let req = request(&[Traced::Dns(r)], "h", None, &mut Ids::new());
+        let rs = &req.resource_spans[0];
+        let attr = |kv: &[KeyValue], k: &str| {
+            kv.iter()
+                .find(|a| a.key == k)
+                .and_then(|a| a.value.clone())
+                .map(|v| format!("{v:?}"))
+        };
+        let res = &rs.resource.as_ref().expect("resource").attributes;
+        assert!(attr(res, "service.name")
+            .expect("service")
+            .contains("\"dig\""));
+        assert!(attr(res, "process.pid").expect("pid").contains("42"));
+        let spans = &rs.scope_spans[0].spans;
+        assert_eq!(spans.len(), 1);
+        let s = &spans[0];
+        assert_eq!(s.name, "DNS lookup gone.test");
+        assert_eq!(s.kind, SpanKind::Client as i32);
+        assert_eq!(
+            (s.start_time_unix_nano, s.end_time_unix_nano),
+            (1_000, 6_000)
+        );
+        assert!(attr(&s.attributes, "server.address")
+            .expect("server")
+            .contains("10.0.0.53"));
+        assert!(attr(&s.attributes, "error.type")
+            .expect("error")
+            .contains("nxdomain"));
+        assert_eq!(
+            s.status.as_ref().map(|st| st.code),
+            Some(StatusCode::Error as i32)
+        );
     }
 }
