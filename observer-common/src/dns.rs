@@ -1,4 +1,5 @@
-//! Shared types of the resolver probes (getaddrinfo in the C library) and of
+//! Shared types of the resolver probes (getaddrinfo and gethostbyname*_r in
+//! the C library) and of
 //! the DNS messages seen on the wire (port 53, cgroup_skb).
 
 /// LRU hash: pid_tgid -> [`DnsCall`], a lookup in flight.
@@ -9,16 +10,28 @@ pub const DNS_NAME_LEN: usize = 128;
 /// Addresses of an answer kept.
 pub const DNS_ADDRS: usize = 4;
 
-/// A getaddrinfo call in flight.
+/// Which resolver function a [`DnsCall`] is in.
+pub const FUNC_GETADDRINFO: u32 = 1;
+/// gethostbyname_r (gethostbyname calls it too).
+pub const FUNC_GETHOSTBYNAME_R: u32 = 2;
+/// gethostbyname2_r (gethostbyname2 calls it too).
+pub const FUNC_GETHOSTBYNAME2_R: u32 = 3;
+
+/// A resolver call in flight.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct DnsCall {
     pub start_ns: u64,
-    /// `struct addrinfo **res`, read at return.
+    /// getaddrinfo: `struct addrinfo **res`; gethostbyname*_r:
+    /// `struct hostent **result`. Read at return.
     pub res_ptr: u64,
-    /// hints->ai_family (0: unspecified).
+    /// gethostbyname*_r: `int *h_errnop`, read at return on failure.
+    pub errno_ptr: u64,
+    /// The family asked for (0: unspecified).
     pub family: u32,
-    pub _pad: u32,
+    /// FUNC_*: only the same function's return ends the call (a resolver
+    /// function that calls another is one lookup).
+    pub func: u32,
     pub name: [u8; DNS_NAME_LEN],
 }
 
@@ -31,12 +44,14 @@ pub struct DnsEvent {
     pub tid: u32,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// getaddrinfo's return value (0: success; EAI_* codes are negative).
+    /// getaddrinfo's return value (0: success; EAI_* codes are negative);
+    /// gethostbyname*_r's failures are translated to the same codes.
     pub ret: i32,
     /// The family asked for (AF_INET, AF_INET6, 0: any).
     pub family: u32,
     pub n_addrs: u32,
-    pub _pad: u32,
+    /// The function called (FUNC_*).
+    pub func: u32,
     /// Address families of `addrs` (AF_INET: first 4 bytes used).
     pub families: [u16; DNS_ADDRS],
     pub addrs: [[u8; 16]; DNS_ADDRS],
@@ -44,7 +59,7 @@ pub struct DnsEvent {
     pub name: [u8; DNS_NAME_LEN],
 }
 
-const _: () = assert!(core::mem::size_of::<DnsCall>() == 24 + DNS_NAME_LEN);
+const _: () = assert!(core::mem::size_of::<DnsCall>() == 32 + DNS_NAME_LEN);
 const _: () = assert!(core::mem::size_of::<DnsEvent>() == 16 + 40 + 8 + 64 + 16 + DNS_NAME_LEN);
 
 /// LRU hash: socket cookie -> 1, sockets that sent a DNS query (their release

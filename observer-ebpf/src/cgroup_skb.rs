@@ -4,7 +4,8 @@
 //!
 //! Packet-level hooks instead of syscall tracepoints: any syscall tracepoint
 //! slows every syscall on the machine, while these run per packet and leave
-//! after two header loads for everything that is not DNS.
+//! at once for connected sockets whose far port is not 53 (the socket's port
+//! is in the context), after three header loads for the others.
 
 use aya_ebpf::{
     helpers::{
@@ -81,8 +82,29 @@ fn layers(ctx: &SkBuffContext) -> Option<Layers> {
     }
 }
 
+/// The far port of the packet's socket, when it is connected (0: not
+/// connected, or unknown). `__sk_buff.remote_port` holds it in network
+/// order, in the upper half of the word on little-endian machines.
+#[inline(always)]
+fn socket_remote_port(ctx: &SkBuffContext) -> u16 {
+    let raw = ctx.skb.remote_port();
+    let be = if raw >> 16 != 0 {
+        raw >> 16
+    } else {
+        raw & 0xffff
+    };
+    u16::from_be(be as u16)
+}
+
 #[inline(always)]
 fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
+    // Most packets belong to connected sockets whose far end is not port 53:
+    // two context loads, no helper call (keep-alive HTTPS traffic pays only
+    // this). Unconnected sockets (UDP sendto) are looked at in full.
+    let far = socket_remote_port(ctx);
+    if far != 0 && far != DNS_PORT {
+        return None;
+    }
     let l = layers(ctx)?;
     if u16::from(l.proto) != IPPROTO_UDP && u16::from(l.proto) != IPPROTO_TCP {
         return None;

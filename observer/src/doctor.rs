@@ -150,6 +150,9 @@ pub fn run(nvml_lib: Option<&str>) -> Report {
         .map(|spec| ebpf::attach_spec(&mut loaded.ebpf, &tfs, spec))
         .collect();
     report.ok = report.probes.iter().all(|r| !r.required || r.attached());
+    // Before TLS discovery, which also puts the resolver probes on the other
+    // C libraries it finds.
+    let dns = crate::dns::attach(&mut loaded.ebpf);
     // The same discovery `watch` makes at start; dropping it removes what it
     // attached.
     let mut tls = TlsProbes::new(
@@ -164,7 +167,6 @@ pub fn run(nvml_lib: Option<&str>) -> Report {
     );
     tls.discover(&mut loaded.ebpf);
     report.tls = Some(tls.report.clone());
-    let dns = crate::dns::attach(&mut loaded.ebpf);
     report.dns = Some(DnsReport {
         probed: dns.libc.clone().ok(),
         error: dns.libc.err(),
@@ -259,6 +261,16 @@ pub fn print(r: &Report) {
                 "DNS lookups: NOT SEEN ({}): only lookups on the wire are seen",
                 e.as_deref().unwrap_or("?")
             ),
+        }
+        for f in r.tls.iter().flat_map(|t| &t.resolver_files) {
+            match &f.error {
+                None => println!(
+                    "DNS lookups: {} in {}, for every process",
+                    f.probed.join(", "),
+                    f.path
+                ),
+                Some(e) => println!("DNS lookups: NOT SEEN in {} ({e})", f.path),
+            }
         }
         match (&d.wire_probed, &d.wire_error) {
             (Some(what), _) => println!("DNS on the wire: {what}, for every process"),

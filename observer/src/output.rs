@@ -111,8 +111,15 @@ pub enum Line {
 
 pub fn dns_text_line(r: &crate::dns::DnsRecord) -> String {
     let answers: Vec<String> = r.answers.iter().map(ToString::to_string).collect();
+    let mut via = String::new();
+    if let Some(server) = &r.server {
+        via = format!(" via {server}/{}", r.transport.unwrap_or("udp"));
+        if let Some(n) = r.retries.filter(|&n| n > 0) {
+            via.push_str(&format!(" ({n} retries)"));
+        }
+    }
     format!(
-        "{:<13} {:<8} {:<16} dns  {} {} {} in {} -> {}",
+        "{:<13} {:<8} {:<16} dns  {} {} {} in {} -> {}{via} [{}]",
         fmt_time(r.start_unix_ns + r.duration_ns),
         r.pid,
         r.comm,
@@ -124,7 +131,8 @@ pub fn dns_text_line(r: &crate::dns::DnsRecord) -> String {
             "-".into()
         } else {
             answers.join(" ")
-        }
+        },
+        r.source
     )
 }
 

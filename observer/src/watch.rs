@@ -178,9 +178,15 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
     };
     sinks.gpu = gpu_history.clone();
     let ready = format!(
-        "{}; {}; {gpu_line}; {dns_line}",
+        "{}; {}; {gpu_line}; {dns_line}{}",
         ready_line(&reports, opts.max_connections),
-        tls.summary()
+        tls.summary(),
+        tls.report
+            .resolver_files
+            .iter()
+            .filter(|f| f.error.is_none())
+            .map(|f| format!("; DNS also: {} in {}", f.probed.join(", "), f.path))
+            .collect::<String>()
     );
     // The TLS manager owns the eBPF object while it runs (it attaches and
     // detaches uprobes) and gives it back when stopped.

@@ -23,8 +23,9 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("nginx", "nginx"),
     // OpenTelemetry tests: a real Prometheus server scrapes the endpoint.
     ("prometheus", "prometheus"),
-    // DNS tests: a resolver that sends its own queries.
+    // DNS tests: a resolver that sends its own queries, and musl's libc.
     ("dig", "dnsutils"),
+    ("musl-gcc", "musl-tools"),
 ];
 
 fn have(cmd: &str) -> bool {

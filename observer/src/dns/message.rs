@@ -182,6 +182,7 @@ pub fn rcode_name(r: u8) -> std::borrow::Cow<'static, str> {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 pub(crate) mod tests {
     use super::*;
 

@@ -6,7 +6,7 @@ pub mod message;
 pub mod record;
 pub mod wire;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use aya::{
     programs::{
@@ -19,7 +19,7 @@ pub use record::{DnsJoin, DnsRecord, Lookups};
 pub use wire::WireLookups;
 
 /// The C library this observer itself maps (the system's), where the probes go.
-fn libc_path() -> Option<PathBuf> {
+pub fn system_libc() -> Option<PathBuf> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     maps.lines()
         .filter_map(|l| l.split_whitespace().nth(5))
@@ -111,18 +111,55 @@ fn attach_wire(ebpf: &mut Ebpf) -> Result<String, String> {
     Ok(format!("port 53 on cgroup {}", root.display()))
 }
 
-/// Attaches the getaddrinfo probes for every process; Ok: what was probed.
-fn attach_libc(ebpf: &mut Ebpf) -> Result<String, String> {
-    let path = libc_path().ok_or("no C library mapped by the observer")?;
-    for program in ["getaddrinfo", "getaddrinfo_ret"] {
-        let p: &mut UProbe = ebpf
-            .program_mut(program)
-            .ok_or_else(|| format!("program {program} missing"))?
-            .try_into()
-            .map_err(|e| format!("{program}: {e}"))?;
-        p.load().map_err(|e| format!("loading {program}: {e}"))?;
-        p.attach("getaddrinfo", &path, UProbeScope::AllProcesses)
-            .map_err(|e| format!("attaching {program} to {}: {e}", path.display()))?;
+/// Resolver entry points: (symbol, entry program, return program).
+const RESOLVER: &[(&str, &str, &str)] = &[
+    ("getaddrinfo", "getaddrinfo", "getaddrinfo_ret"),
+    ("gethostbyname_r", "gethostbyname_r", "gethostbyname_r_ret"),
+    (
+        "gethostbyname2_r",
+        "gethostbyname2_r",
+        "gethostbyname2_r_ret",
+    ),
+];
+
+fn resolver_program<'a>(ebpf: &'a mut Ebpf, program: &str) -> Result<&'a mut UProbe, String> {
+    ebpf.program_mut(program)
+        .ok_or_else(|| format!("program {program} missing"))?
+        .try_into()
+        .map_err(|e| format!("{program}: {e}"))
+}
+
+/// Puts the resolver probes on the C library at `path` for every process
+/// that maps it; Ok: the functions probed (getaddrinfo at least).
+pub fn attach_resolver(ebpf: &mut Ebpf, path: &Path) -> Result<Vec<&'static str>, String> {
+    let mut probed = Vec::new();
+    for &(symbol, entry, ret) in RESOLVER {
+        let mut attach = |program: &str| {
+            resolver_program(ebpf, program)?
+                .attach(symbol, path, UProbeScope::AllProcesses)
+                .map(|_| ())
+                .map_err(|e| format!("attaching {program} to {}: {e}", path.display()))
+        };
+        match attach(entry).and_then(|()| attach(ret)) {
+            Ok(()) => probed.push(symbol),
+            // getaddrinfo is what every resolver has; the others are extras.
+            Err(e) if symbol == "getaddrinfo" => return Err(e),
+            Err(e) => tracing::debug!("{e}"),
+        }
     }
-    Ok(format!("getaddrinfo in {}", path.display()))
+    Ok(probed)
+}
+
+/// Loads the resolver programs and probes the system's C library.
+fn attach_libc(ebpf: &mut Ebpf) -> Result<String, String> {
+    for &(_, entry, ret) in RESOLVER {
+        for program in [entry, ret] {
+            resolver_program(ebpf, program)?
+                .load()
+                .map_err(|e| format!("loading {program}: {e}"))?;
+        }
+    }
+    let path = system_libc().ok_or("no C library mapped by the observer")?;
+    let probed = attach_resolver(ebpf, &path)?;
+    Ok(format!("{} in {}", probed.join(", "), path.display()))
 }

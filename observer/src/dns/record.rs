@@ -7,7 +7,10 @@ use std::{
     sync::Arc,
 };
 
-use observer_common::{dns::DnsEvent, AF_INET, AF_INET6};
+use observer_common::{
+    dns::{DnsEvent, FUNC_GETADDRINFO, FUNC_GETHOSTBYNAME2_R, FUNC_GETHOSTBYNAME_R},
+    AF_INET, AF_INET6,
+};
 use serde::Serialize;
 
 use crate::{clock::Clock, record::comm_str_n};
@@ -49,6 +52,9 @@ pub struct DnsRecord {
     pub retries: Option<u32>,
     /// "udp", or "tcp" when any of its queries went over TCP.
     pub transport: Option<&'static str>,
+    /// The C library function called ("getaddrinfo", "gethostbyname_r",
+    /// "gethostbyname2_r"; null for wire lookups).
+    pub call: Option<&'static str>,
 }
 
 /// The `dns` object of a connection record.
@@ -113,6 +119,12 @@ impl DnsRecord {
             rcode: None,
             retries: None,
             transport: None,
+            call: match ev.func {
+                FUNC_GETADDRINFO => Some("getaddrinfo"),
+                FUNC_GETHOSTBYNAME_R => Some("gethostbyname_r"),
+                FUNC_GETHOSTBYNAME2_R => Some("gethostbyname2_r"),
+                _ => None,
+            },
         }
     }
 
@@ -245,6 +257,7 @@ mod tests {
             rcode: None,
             retries: None,
             transport: None,
+            call: Some("getaddrinfo"),
         }
     }
 

@@ -332,6 +332,7 @@ fn record(
         rcode,
         retries: Some(p.queries.len().saturating_sub(1) as u32),
         transport: Some(p.transport),
+        call: None,
     }
 }
 
@@ -471,6 +472,7 @@ mod tests {
             rcode: None,
             retries: None,
             transport: None,
+            call: Some("getaddrinfo"),
         };
         w.complete_libc(&mut r, 11, start, &CLOCK);
         assert_eq!(r.source, "libc");

@@ -21,6 +21,10 @@ use crate::{
 
 /// What goes out as a trace.
 #[derive(Debug, Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "connection records are most of what is traced; boxing would allocate for each"
+)]
 pub enum Traced {
     Conn(ConnRecord),
     /// A lookup that led to no connection.
@@ -459,6 +463,7 @@ mod tests {
             rcode: Some("NXDOMAIN".into()),
             retries: Some(0),
             transport: Some("udp"),
+            call: None,
         };
         let req = request(&[Traced::Dns(r)], "h", None, &mut Ids::new());
         let rs = &req.resource_spans[0];

@@ -1,4 +1,5 @@
-//! Which TLS library an ELF file carries, and where its functions are.
+//! Which TLS library an ELF file carries, and where its functions are; and
+//! whether it is a C library with a resolver (musl, a container's glibc).
 //!
 //! Only the dynamic symbol table is read (what a program exports is what its
 //! callers, and our probes, can rely on), from a read-only mapping.
@@ -54,8 +55,22 @@ pub enum ElfError {
     Parse(String, object::Error),
 }
 
-/// Reads `path`; Ok(None) when it carries no TLS library we probe.
-pub fn classify(path: &Path) -> Result<Option<TlsImage>, ElfError> {
+/// What a file carries that the observer probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    pub tls: Option<TlsImage>,
+    /// It exports getaddrinfo: a C library's resolver.
+    pub resolver: bool,
+}
+
+/// Reads `path`.
+pub fn classify(path: &Path) -> Result<Image, ElfError> {
+    let mut resolver = false;
+    let tls = classify_with(path, &mut resolver)?;
+    Ok(Image { tls, resolver })
+}
+
+fn classify_with(path: &Path, resolver: &mut bool) -> Result<Option<TlsImage>, ElfError> {
     let show = || path.display().to_string();
     let file = File::open(path).map_err(|e| ElfError::Open(show(), e))?;
     // SAFETY: a read-only private mapping; a file truncated under us would
@@ -70,6 +85,9 @@ pub fn classify(path: &Path) -> Result<Option<TlsImage>, ElfError> {
             continue;
         }
         let Ok(name) = sym.name() else { continue };
+        if name == "getaddrinfo" {
+            *resolver = true;
+        }
         // Only BoringSSL has these; OpenSSL's version symbols are in libcrypto.
         if name == "BORINGSSL_self_test" || name == "SSL_CTX_set_grease_enabled" {
             is_boringssl = true;
@@ -147,7 +165,30 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         // The test binary itself exports no TLS library.
         let me = std::env::current_exe().unwrap();
-        assert_eq!(classify(&me).unwrap(), None);
+        assert_eq!(
+            classify(&me).unwrap(),
+            Image {
+                tls: None,
+                resolver: false
+            }
+        );
+    }
+
+    /// The C library the tests run on is a resolver, not a TLS library.
+    #[test]
+    fn system_libc_is_a_resolver() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| {
+                p.rsplit('/')
+                    .next()
+                    .is_some_and(|n| n.starts_with("libc.so"))
+            })
+            .expect("a libc mapped");
+        let img = classify(Path::new(libc)).unwrap();
+        assert!(img.resolver && img.tls.is_none(), "{img:?}");
     }
 
     /// Debian's libssl (required under CI, where the end-to-end tests use it):
@@ -168,7 +209,7 @@ mod tests {
             eprintln!("SKIPPED: no libssl.so.3 on this machine");
             return;
         };
-        let img = classify(path).unwrap().expect("libssl carries OpenSSL");
+        let img = classify(path).unwrap().tls.expect("libssl carries OpenSSL");
         assert_eq!(img.library, library::OPENSSL);
         let len = std::fs::metadata(path).unwrap().len();
         let mut offs: Vec<u64> = [

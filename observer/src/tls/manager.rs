@@ -30,6 +30,7 @@ use super::{
     elf::{classify, TlsImage},
     hooks::{hooks, Hook, PROGRAMS},
     procmaps::{executable_files, reachable_path, FileId, Mapping},
+    report::ResolverFileReport,
     report::{Policy, Settings, TlsFileReport, TlsReport},
     uprobe_events::{EventId, UprobeEvents},
 };
@@ -46,6 +47,15 @@ const LIB_DIRS: &[&str] = &[
     "/usr/lib",
     "/usr/local/lib",
     "/usr/local/lib64",
+];
+
+/// Where musl's C library lives on this host (its loader is its libc):
+/// probed at start, so that a musl program's first lookup is seen.
+const MUSL_LIBS: &[&str] = &[
+    "/lib/ld-musl-x86_64.so.1",
+    "/lib/ld-musl-aarch64.so.1",
+    "/usr/lib/x86_64-linux-musl/libc.so",
+    "/usr/lib/aarch64-linux-musl/libc.so",
 ];
 
 /// Messages from the correlator.
@@ -90,6 +100,8 @@ pub struct TlsProbes {
     last_full_scan: Instant,
     /// Shared uprobe events behind the per-process probes.
     events: UprobeEvents,
+    /// The C library the DNS probes are on already.
+    system_libc: Option<FileId>,
     pub report: TlsReport,
 }
 
@@ -141,6 +153,11 @@ impl TlsProbes {
             procs_map,
             last_rate_check: now,
             last_full_scan: now,
+            system_libc: crate::dns::system_libc().and_then(|p| {
+                use std::os::unix::fs::MetadataExt;
+                let md = std::fs::metadata(p).ok()?;
+                Some((md.dev(), md.ino()))
+            }),
             report,
         }
     }
@@ -162,21 +179,12 @@ impl TlsProbes {
                 let name = e.file_name();
                 let name = name.to_string_lossy();
                 if name.starts_with("libssl.so") || name.starts_with("libgnutls.so") {
-                    // The real file, not the symlinks to it.
-                    let Ok(path) = std::fs::canonicalize(e.path()) else {
-                        continue;
-                    };
-                    if let Ok(md) = std::fs::metadata(&path) {
-                        use std::os::unix::fs::MetadataExt;
-                        self.consider(
-                            ebpf,
-                            (md.dev(), md.ino()),
-                            &path,
-                            &path.display().to_string(),
-                        );
-                    }
+                    self.consider_file(ebpf, &e.path());
                 }
             }
+        }
+        for lib in MUSL_LIBS {
+            self.consider_file(ebpf, Path::new(lib));
         }
         self.scan_all(ebpf);
     }
@@ -242,16 +250,39 @@ impl TlsProbes {
         tls
     }
 
+    /// A file of this host's: the real one, not the symlinks to it.
+    fn consider_file(&mut self, ebpf: &mut Ebpf, link: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(path) = std::fs::canonicalize(link) else {
+            return;
+        };
+        if let Ok(md) = std::fs::metadata(&path) {
+            self.consider(
+                ebpf,
+                (md.dev(), md.ino()),
+                &path,
+                &path.display().to_string(),
+            );
+        }
+    }
+
     /// Classifies a file once; a TLS one gets its all-process probes.
     fn consider(&mut self, ebpf: &mut Ebpf, id: FileId, path: &Path, shown: &str) {
         if self.files.contains_key(&id) {
             return;
         }
         let image = match classify(path) {
-            Ok(Some(img)) => img,
-            Ok(None) => {
-                self.files.insert(id, None);
-                return;
+            Ok(img) => {
+                if img.resolver && Some(id) != self.system_libc {
+                    self.probe_resolver(ebpf, path, shown);
+                }
+                match img.tls {
+                    Some(tls) => tls,
+                    None => {
+                        self.files.insert(id, None);
+                        return;
+                    }
+                }
             }
             Err(e) => {
                 tracing::debug!("{e}");
@@ -308,6 +339,24 @@ impl TlsProbes {
                 plaintext: None,
             }),
         );
+    }
+
+    /// A C library besides the system's (musl, a container's glibc): its
+    /// resolver gets the DNS probes, for all processes.
+    fn probe_resolver(&mut self, ebpf: &mut Ebpf, path: &Path, shown: &str) {
+        let (probed, error) = match crate::dns::attach_resolver(ebpf, path) {
+            Ok(fns) => (fns, None),
+            Err(e) => {
+                self.report.attach_errors += 1;
+                (Vec::new(), Some(e))
+            }
+        };
+        tracing::info!("DNS: {shown} probed ({probed:?}, {error:?})");
+        self.report.resolver_files.push(ResolverFileReport {
+            path: shown.to_owned(),
+            probed,
+            error,
+        });
     }
 
     pub fn handle(&mut self, ebpf: &mut Ebpf, cmd: Command) {
