@@ -5,7 +5,10 @@
 use aya_ebpf::{
     helpers::bpf_get_socket_cookie, macros::cgroup_sock, programs::SockContext, EbpfContext,
 };
-use observer_common::{dns::DnsSockEvent, EventKind};
+use observer_common::{
+    dns::{DnsSockEvent, DNS_PORT},
+    EventKind,
+};
 
 use crate::{
     cgroup_skb::DNS_SOCKS,
@@ -15,6 +18,13 @@ use crate::{
 
 #[cgroup_sock(sock_release)]
 pub fn dns_sock_release(ctx: SockContext) -> i32 {
+    // A connected socket whose far port is not 53 never asked (two context
+    // loads, no map lookup: every closing connection passes here).
+    // SAFETY: the program's own context.
+    let far = u16::from_be(unsafe { (*ctx.sock).dst_port });
+    if far != 0 && far != DNS_PORT {
+        return 1;
+    }
     // SAFETY: the program's own context.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     if DNS_SOCKS.get_ptr(&cookie).is_some() {

@@ -90,6 +90,12 @@ pub struct WatchArgs {
     /// Processes with per-call TLS probes at once (auto policy).
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub tls_plaintext_max_processes: u64,
+    /// DNS messages on port 53 (cgroup_skb programs on the root cgroup):
+    /// lookups of programs with their own resolver, and the server, id and
+    /// retries of library lookups. off: library lookups only, and no program
+    /// on the packet path (about 1 µs of kernel time per new connection).
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
+    pub dns_wire: OnOff,
     /// The NVML library to load for GPU state (default libnvidia-ml.so.1;
     /// without it GPU features are off and everything else runs).
     #[arg(long, value_name = "PATH")]
@@ -97,6 +103,12 @@ pub struct WatchArgs {
     /// How often the GPUs are sampled, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub gpu_interval: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -201,6 +213,7 @@ mod tests {
         assert_eq!(w.duration, Some(Duration::from_millis(1500)));
         assert_eq!(w.update_interval, Duration::from_secs(10));
         assert_eq!(w.tls_plaintext_probes, crate::tls::Policy::Auto);
+        assert_eq!(w.dns_wire, OnOff::On);
         let cli = parse(&["watch", "--tls-plaintext-probes", "off"]).expect("parses");
         let Command::Watch(w) = cli.command else {
             panic!("not watch")

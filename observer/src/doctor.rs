@@ -152,7 +152,7 @@ pub fn run(nvml_lib: Option<&str>) -> Report {
     report.ok = report.probes.iter().all(|r| !r.required || r.attached());
     // Before TLS discovery, which also puts the resolver probes on the other
     // C libraries it finds.
-    let dns = crate::dns::attach(&mut loaded.ebpf);
+    let dns = crate::dns::attach(&mut loaded.ebpf, true);
     // The same discovery `watch` makes at start; dropping it removes what it
     // attached.
     let mut tls = TlsProbes::new(

@@ -89,7 +89,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         );
     }
     let mut bpf = loaded.ebpf;
-    let dns_line = crate::dns::attach(&mut bpf).summary();
+    let dns_line = crate::dns::attach(&mut bpf, args.dns_wire == crate::cli::OnOff::On).summary();
     let mut tls = TlsProbes::new(
         &mut bpf,
         tls::Settings {

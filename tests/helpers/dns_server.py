@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A DNS server for the tests, on 127.0.0.1:53 over UDP and TCP (one question
-per query).
+"""A DNS server for the tests, on 127.0.0.1:53 over UDP and TCP and on
+[::1]:53 over UDP (one question per query).
 
 Every name gets an A record 127.0.0.1 (and no AAAA) after --delay-ms, except:
 names starting with "nx" get NXDOMAIN, "drop" no answer at all, "once" no
@@ -99,8 +99,15 @@ def main():
     delay = a.delay_ms / 1000
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 53))
+    s6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s6.bind(("::1", 53))
     threading.Thread(target=tcp_server, args=(delay,), daemon=True).start()
+    threading.Thread(target=udp_server, args=(s6, delay), daemon=True).start()
     print("READY", flush=True)
+    udp_server(s, delay)
+
+
+def udp_server(s, delay):
     while True:
         data, addr = s.recvfrom(512)
         threading.Thread(target=udp_answer, args=(s, data, addr, delay), daemon=True).start()

@@ -304,8 +304,13 @@ fn dig_said(out: &std::process::Output) -> ((String, u64), f64) {
 /// than the server's injected delay here (147 ms for 150 injected), so it is
 /// checked within 6 ms. The injected delay is the exact check: ours holds
 /// it and at most 5 ms more (the server's thread start and sleep).
-fn within_digs(ours_ms: f64, dig_ms: f64) -> bool {
-    (ours_ms - dig_ms).abs() <= 6.0 && (DELAY_MS..=DELAY_MS + 5.0).contains(&ours_ms)
+fn assert_within_digs(r: &Value, dig_ms: f64) {
+    let ours = ms(r["duration_ns"].as_u64().unwrap());
+    assert!(
+        (ours - dig_ms).abs() <= 6.0 && (DELAY_MS..=DELAY_MS + 5.0).contains(&ours),
+        "{}: ours {ours:.3} ms, dig's {dig_ms} ms",
+        r["name"]
+    );
 }
 
 fn only<'a>(w: &'a Watched, comm: &str, name: &str) -> &'a Value {
@@ -332,6 +337,8 @@ fn wire_lookups_of_programs_with_their_own_resolver() {
     let (ok_header, ok_ms) = dig_said(&dig(&["wire.test"]));
     let (tcp_header, tcp_ms) = dig_said(&dig(&["+tcp", "tcp.test"]));
     let (nx_header, _) = dig_said(&dig(&["nxwire.test"]));
+    // Over IPv6 to the server's [::1]:53.
+    let (v6_header, v6_ms) = dig_said(&dig(&["@::1", "v6wire.test"]));
     let (once_header, once_ms) =
         dig_said(&ns.exec(&["dig", "+tries=2", "+timeout=1", "once.test"]));
     let gave_up = dig(&["dropwire.test"]);
@@ -373,11 +380,7 @@ print((t1 - t0) * 1e3)\n",
     assert_eq!(r["server"], "127.0.0.1");
     assert_eq!(r["answers"], json!(["127.0.0.1"]));
     assert_eq!((&r["transport"], &r["retries"]), (&json!("udp"), &json!(0)));
-    let ours = ms(r["duration_ns"].as_u64().unwrap());
-    assert!(
-        within_digs(ours, ok_ms),
-        "ours {ours:.3} ms, dig's {ok_ms} ms"
-    );
+    assert_within_digs(r, ok_ms);
 
     let r = only(&out, "dig", "tcp.test");
     assert_eq!(
@@ -385,11 +388,15 @@ print((t1 - t0) * 1e3)\n",
         (&json!("tcp"), &json!("ok"))
     );
     assert_eq!(r["id"], json!(tcp_header.1));
-    let ours = ms(r["duration_ns"].as_u64().unwrap());
-    assert!(
-        within_digs(ours, tcp_ms),
-        "ours {ours:.3} ms, dig's {tcp_ms} ms"
+    assert_within_digs(r, tcp_ms);
+
+    let r = only(&out, "dig", "v6wire.test");
+    assert_eq!(
+        (&r["server"], &r["result"], &r["id"]),
+        (&json!("::1"), &json!("ok"), &json!(v6_header.1)),
+        "{r:#}"
     );
+    assert_within_digs(r, v6_ms);
 
     let r = only(&out, "dig", "nxwire.test");
     assert_eq!(
@@ -529,4 +536,35 @@ fn musl_lookups() {
             "{name}: ours {ours:.3} ms, the program's {own_ms:.3} ms"
         );
     }
+}
+
+/// `--dns-wire off`: no program on the packet path; library lookups are
+/// still reported (without their server), dig's are not seen.
+#[test]
+fn wire_view_off() {
+    let Some(_serial) = begin("dns_wire_off", &["dig", "getent", "ip", "python3"]) else {
+        return;
+    };
+    let ns = ns();
+    let w = Watch::start(&["--dns-wire", "off"]);
+    assert!(ns.exec(&["getent", "ahosts", "off.test"]).status.success());
+    assert!(ns
+        .exec(&["dig", "+tries=1", "offwire.test"])
+        .status
+        .success());
+    let out = w.stop();
+    assert!(
+        out.stderr
+            .iter()
+            .any(|l| l.starts_with("ready") && l.contains("wire: off (--dns-wire off)")),
+        "{:?}",
+        out.stderr
+    );
+    let l = only(&out, "getent", "off.test");
+    assert_eq!(
+        (&l["server"], &l["result"]),
+        (&Value::Null, &json!("ok")),
+        "{l:#}"
+    );
+    assert!(lookups(&out, "dig", "offwire.test").is_empty());
 }

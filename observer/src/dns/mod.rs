@@ -50,17 +50,22 @@ impl Attached {
     }
 }
 
-/// Attaches the library and the wire probes, each on its own.
-pub fn attach(ebpf: &mut Ebpf) -> Attached {
+/// Attaches the library and (with `wire`) the wire probes, each on its own.
+pub fn attach(ebpf: &mut Ebpf, wire: bool) -> Attached {
     let a = Attached {
         libc: attach_libc(ebpf),
-        wire: attach_wire(ebpf),
+        wire: if wire {
+            attach_wire(ebpf)
+        } else {
+            Err("--dns-wire off".into())
+        },
     };
     if let Err(e) = &a.libc {
         tracing::warn!("library lookups not seen: {e}");
     }
-    if let Err(e) = &a.wire {
-        tracing::warn!("wire lookups not seen: {e}");
+    match &a.wire {
+        Err(e) if wire => tracing::warn!("wire lookups not seen: {e}"),
+        _ => {}
     }
     a
 }

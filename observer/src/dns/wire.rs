@@ -454,26 +454,9 @@ mod tests {
                 .is_none(),
             "held for the library call, never a record of its own"
         );
-        let mut r = DnsRecord {
-            kind: "dns",
-            pid: 10,
-            tid: 11,
-            comm: Arc::from("curl"),
-            exe: None,
-            name: Arc::from("db.test"),
-            qtype: "ANY".into(),
-            duration_ns: 960 * MS,
-            result: "nxdomain",
-            server: None,
-            answers: vec![],
-            start_unix_ns: start,
-            source: "libc",
-            id: None,
-            rcode: None,
-            retries: None,
-            transport: None,
-            call: Some("getaddrinfo"),
-        };
+        let mut r = crate::dns::record::tests::rec(10, 11, start, &[]);
+        r.name = Arc::from("db.test");
+        r.duration_ns = 960 * MS;
         w.complete_libc(&mut r, 11, start, &CLOCK);
         assert_eq!(r.source, "libc");
         assert_eq!(r.server.as_deref(), Some("10.0.0.53"));
