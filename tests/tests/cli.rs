@@ -141,13 +141,31 @@ fn doctor_reports_every_probe_attached() {
     assert_eq!(code, 0);
     assert!(text.contains("inet_sock_set_state"), "{text}");
     assert!(text.contains("libssl.so.3"), "{text}");
-    assert!(text.contains("DNS lookups: getaddrinfo in"), "{text}");
+    assert!(
+        text.contains("DNS lookups: getaddrinfo, gethostbyname_r, gethostbyname2_r in"),
+        "{text}"
+    );
+    assert!(
+        text.contains("DNS on the wire: port 53 on cgroup"),
+        "{text}"
+    );
     assert!(
         v["dns"]["probed"]
             .as_str()
             .is_some_and(|s| s.contains("libc.so")),
         "{}",
         v["dns"]
+    );
+    assert!(v["dns"]["wire_probed"].is_string(), "{}", v["dns"]);
+    // musl, installed for the DNS tests, is a C library of its own.
+    let resolvers = v["tls"]["resolver_files"].as_array().unwrap();
+    assert!(
+        resolvers
+            .iter()
+            .any(|f| f["path"].as_str().is_some_and(|p| p.contains("musl"))
+                && f["error"].is_null()
+                && f["probed"][0] == "getaddrinfo"),
+        "{resolvers:#?}"
     );
     assert!(text.contains("verdict: ok, 9/9 probes attach"), "{text}");
 }
