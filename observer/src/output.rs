@@ -115,7 +115,10 @@ pub fn dns_text_line(r: &crate::dns::DnsRecord) -> String {
     if let Some(server) = &r.server {
         via = format!(" via {server}/{}", r.transport.unwrap_or("udp"));
         if let Some(n) = r.retries.filter(|&n| n > 0) {
-            via.push_str(&format!(" ({n} retries)"));
+            via.push_str(&format!(
+                " ({n} {})",
+                if n == 1 { "retry" } else { "retries" }
+            ));
         }
     }
     format!(
