@@ -167,6 +167,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lookup_line_says_what_was_asked_of_whom() {
+        let mut r = crate::dns::record::tests::rec(7, 7, 0, &["10.0.0.1"]);
+        r.server = Some("10.0.0.53".into());
+        r.transport = Some("udp");
+        r.retries = Some(1);
+        let line = dns_text_line(&r);
+        assert!(
+            line.ends_with(
+                "dns  api.test ANY ok in 0.001ms -> 10.0.0.1 via 10.0.0.53/udp (1 retry) [libc]"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
     fn formats() {
         assert_eq!(fmt_ns(None), "-");
         assert_eq!(fmt_ns(Some(123_456)), "0.123ms");
