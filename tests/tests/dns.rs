@@ -319,12 +319,13 @@ fn only<'a>(w: &'a Watched, comm: &str, name: &str) -> &'a Value {
     l[0]
 }
 
-/// Queries a program sends itself: dig over UDP and TCP, its retry after a
-/// lost query, NXDOMAIN and giving up; and a Python resolver of its own
-/// whose answer leads to a connection.
+/// Queries a program sends itself: dig over UDP, TCP and IPv6, its retry
+/// after a lost query, NXDOMAIN and giving up; c-ares (Node.js's
+/// dns.resolve4); and a Python resolver of its own whose answer leads to a
+/// connection.
 #[test]
 fn wire_lookups_of_programs_with_their_own_resolver() {
-    let Some(_serial) = begin("dns_wire", &["dig", "python3", "ip"]) else {
+    let Some(_serial) = begin("dns_wire", &["dig", "node", "python3", "ip"]) else {
         return;
     };
     let ns = ns();
@@ -356,6 +357,26 @@ c.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); c.recv(100); c.close()\n\
 print((t1 - t0) * 1e3)\n",
         ns.http.port
     );
+    // c-ares, as Node.js's dns.resolve4 uses it, timed by Node's own clock.
+    let cares = ns.exec(&[
+        "node",
+        "-e",
+        "const t = process.hrtime.bigint();\n\
+require('dns').resolve4('cares.test', (err) => {\n\
+  if (err) throw err;\n\
+  console.log(Number(process.hrtime.bigint() - t) / 1e6);\n\
+});",
+    ]);
+    assert!(
+        cares.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cares.stderr)
+    );
+    let cares_ms: f64 = String::from_utf8(cares.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let own = ns.exec(&["python3", "-c", &script]);
     assert!(
         own.status.success(),
@@ -430,6 +451,19 @@ print((t1 - t0) * 1e3)\n",
     assert!(
         (1000.0..1100.0).contains(&ours),
         "dig's 1 s timeout: {ours:.3} ms"
+    );
+
+    // c-ares: Node's clock also holds the call and the callback's dispatch.
+    let r = only(&out, "node", "cares.test");
+    assert_eq!(
+        (&r["source"], &r["qtype"], &r["answers"]),
+        (&json!("wire"), &json!("A"), &json!(["127.0.0.1"])),
+        "{r:#}"
+    );
+    let ours = ms(r["duration_ns"].as_u64().unwrap());
+    assert!(
+        ours <= cares_ms + 0.1 && cares_ms - ours <= 2.0 && ours >= DELAY_MS,
+        "ours {ours:.3} ms, Node's {cares_ms:.3} ms"
     );
 
     // The program's own resolver, and the connection its answer led to.
