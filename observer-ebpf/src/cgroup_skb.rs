@@ -33,6 +33,9 @@ use crate::{
 #[map(name = "DNS_SOCKS")]
 pub static DNS_SOCKS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(MAX_DNS_SOCKS, 0);
 
+/// `bpf_sock.state` of a listening TCP socket.
+const TCP_LISTEN: u32 = 10;
+
 /// A DNS header is 12 bytes; shorter payloads are not DNS.
 const DNS_HEADER: usize = 12;
 
@@ -103,6 +106,14 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     // this). Unconnected sockets (UDP sendto) are looked at in full.
     let far = socket_remote_port(ctx);
     if far != 0 && far != DNS_PORT {
+        return None;
+    }
+    // A listening TCP socket never asks: a server's SYN, SYN-ACK and
+    // handshake ACK pass with one more load.
+    // SAFETY: the program's own context; the socket pointer is checked
+    // against null before its state (in every socket) is read.
+    let sk = unsafe { (*ctx.skb.skb).__bindgen_anon_2.sk };
+    if !sk.is_null() && unsafe { (*sk).state } == TCP_LISTEN {
         return None;
     }
     let l = layers(ctx)?;

@@ -997,5 +997,32 @@ fn lookups_as_spans_and_metrics() {
         Some("127.0.0.1")
     );
     assert!(ms_of(s) >= 150.0, "{}", ms_of(s));
-    assert!(count_metric(&rec, "dns.lookup.duration") >= 2);
+    // Each lookup once in the histogram, under its name.
+    for name in ["api.test", "nxspan.test"] {
+        assert_eq!(
+            histogram_count_where(&rec, "dns.lookup.duration", "dns.question.name", name),
+            1,
+            "{name}"
+        );
+    }
+}
+
+/// Observations of histogram `name` in the last metrics export whose data
+/// point has attribute `key` = `value`.
+fn histogram_count_where(rec: &Received, name: &str, key: &str, value: &str) -> u64 {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let reqs = rec.metrics.lock().unwrap();
+    let Some(last) = reqs.last() else { return 0 };
+    last.resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter(|m| m.name == name)
+        .flat_map(|m| match &m.data {
+            Some(Data::Histogram(h)) => h.data_points.clone(),
+            _ => Vec::new(),
+        })
+        .filter(|p| attr_str(&p.attributes, key).as_deref() == Some(value))
+        .map(|p| p.count)
+        .sum()
 }

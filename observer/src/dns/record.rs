@@ -3,7 +3,7 @@
 use std::{
     borrow::Cow,
     collections::{HashMap, VecDeque},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    net::IpAddr,
     sync::Arc,
 };
 
@@ -86,11 +86,8 @@ impl DnsRecord {
     pub fn new(ev: &DnsEvent, clock: &Clock) -> Self {
         let mut answers: Vec<IpAddr> = Vec::new();
         for i in 0..(ev.n_addrs as usize).min(ev.addrs.len()) {
-            let b = ev.addrs[i];
-            let ip = match ev.families[i] {
-                AF_INET => IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
-                AF_INET6 => IpAddr::V6(Ipv6Addr::from(b)),
-                _ => continue,
+            let Some(ip) = crate::record::ip_of(ev.families[i], &ev.addrs[i]) else {
+                continue;
             };
             // getaddrinfo lists each address once per socket type.
             if !answers.contains(&ip) {

@@ -3,14 +3,9 @@
 //! folded into one lookup, and the queries a C library call sent handed to
 //! that call's record rather than reported a second time.
 
-use std::{
-    borrow::Cow,
-    collections::HashMap,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    sync::Arc,
-};
+use std::{borrow::Cow, collections::HashMap, net::IpAddr, sync::Arc};
 
-use observer_common::{dns::DnsPacketEvent, IPPROTO_TCP};
+use observer_common::{dns::DnsPacketEvent, AF_INET, AF_INET6, IPPROTO_TCP};
 
 use super::{
     message::{self, Message},
@@ -39,7 +34,7 @@ struct Pending {
     comm: Arc<str>,
     name: Arc<str>,
     qtype: u16,
-    server: IpAddr,
+    server: Option<IpAddr>,
     transport: &'static str,
     /// CLOCK_MONOTONIC ns of the first query.
     start_ns: u64,
@@ -67,12 +62,14 @@ pub struct WireLookups {
     pub overflow: u64,
 }
 
-fn ip(version: u8, b: &[u8; 16]) -> IpAddr {
-    if version == 4 {
-        IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+/// The server's address (as connection records show addresses).
+fn server(ev: &DnsPacketEvent) -> Option<IpAddr> {
+    let family = if ev.ip_version == 4 {
+        AF_INET
     } else {
-        IpAddr::V6(Ipv6Addr::from(*b))
-    }
+        AF_INET6
+    };
+    crate::record::ip_of(family, &ev.remote)
 }
 
 fn result(msg: &Message) -> &'static str {
@@ -124,19 +121,17 @@ impl WireLookups {
         } else {
             "udp"
         };
-        if let Some(p) = self
-            .by_question
-            .get(&key)
-            .and_then(|id| self.pending.get_mut(id))
-        {
-            p.queries.push((ev.cookie, msg.id));
-            if transport == "tcp" {
-                p.transport = transport;
+        // The same question again while it is unanswered: a retry.
+        if let Some(&id) = self.by_question.get(&key) {
+            if let Some(p) = self.pending.get_mut(&id) {
+                p.queries.push((ev.cookie, msg.id));
+                if transport == "tcp" {
+                    p.transport = transport;
+                }
+                p.truncated = false;
+                self.by_query.insert((ev.cookie, msg.id), id);
+                return;
             }
-            p.truncated = false;
-            let id = self.by_question[&key];
-            self.by_query.insert((ev.cookie, msg.id), id);
-            return;
         }
         if self.pending.len() >= MAX_PENDING {
             self.overflow += 1;
@@ -152,7 +147,7 @@ impl WireLookups {
                 comm: Arc::from(comm_str_n(&ev.comm)),
                 name,
                 qtype: q.qtype,
-                server: ip(ev.ip_version, &ev.remote),
+                server: server(ev),
                 transport,
                 start_ns: ev.hdr.ts_ns,
                 queries: vec![(ev.cookie, msg.id)],
@@ -324,7 +319,7 @@ fn record(
         qtype: message::qtype_name(p.qtype),
         duration_ns: end_ns.saturating_sub(p.start_ns),
         result,
-        server: Some(p.server.to_string()),
+        server: p.server.map(|a| a.to_string()),
         answers,
         start_unix_ns: clock.to_unix_ns(p.start_ns),
         source: "wire",
@@ -338,6 +333,8 @@ fn record(
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use observer_common::{EventHeader, IPPROTO_UDP};
 
     use super::*;
