@@ -372,8 +372,30 @@ pub fn begin(test: &str, tools: &[&str]) -> Option<std::sync::MutexGuard<'static
     if !require_root(test) || !tools.iter().all(|t| require_tool(test, t)) {
         return None;
     }
+    machine_lock();
     Some(
         LOCK.lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     )
+}
+
+/// One end-to-end test binary at a time on the machine, whichever checkout
+/// it comes from: observers see each other's traffic and the DNS tests'
+/// network namespace has one name. cargo runs a workspace's test binaries
+/// one after another; this covers two `cargo test` runs side by side. Held
+/// until the test binary exits.
+fn machine_lock() {
+    use std::os::fd::AsRawFd as _;
+    static HELD: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    HELD.get_or_init(|| {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open("/tmp/observer-e2e-tests.lock")
+            .ok()?;
+        // SAFETY: flock on a descriptor this File owns.
+        let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0;
+        locked.then_some(f)
+    });
 }
