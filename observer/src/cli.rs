@@ -145,9 +145,18 @@ pub struct DoctorArgs {
     /// Machine-readable report.
     #[arg(long)]
     pub json: bool,
+    /// Also print the kernel verifier's log of each program it refused.
+    #[arg(long, short)]
+    pub verbose: bool,
     /// The NVML library to try (default libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<String>,
+    /// As `watch --dns-wire`: the verdict is the one watch would reach.
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
+    pub dns_wire: OnOff,
+    /// As `watch --tls-plaintext-probes`.
+    #[arg(long, value_enum, value_name = "POLICY", default_value = "auto")]
+    pub tls_plaintext_probes: crate::tls::Policy,
 }
 
 fn parse_seconds_or_zero(s: &str) -> Result<Duration, String> {

@@ -7,21 +7,14 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::{
-    ebpf::{self, LoadOptions, ProbeReport, ProbeStatus, PROBES},
-    privileges::{Privileges, NEEDS},
-    tls::{Policy, Settings, TlsProbes, TlsReport},
+    dns::DnsReport,
+    ebpf::ProgramState,
+    observer::{Features, Observer, Options},
+    privileges::Privileges,
+    programs::{self, Feature, Program},
+    tls::TlsReport,
     tracefs,
 };
-
-#[derive(Debug, Serialize)]
-pub struct DnsReport {
-    /// e.g. "getaddrinfo in /usr/lib/x86_64-linux-gnu/libc.so.6".
-    pub probed: Option<String>,
-    pub error: Option<String>,
-    /// Wire lookups: e.g. "port 53 on cgroup /sys/fs/cgroup".
-    pub wire_probed: Option<String>,
-    pub wire_error: Option<String>,
-}
 
 #[derive(Debug, Serialize)]
 pub struct GpuReport {
@@ -46,6 +39,32 @@ fn gpu_report(lib: Option<&str>) -> GpuReport {
     }
 }
 
+/// One connection tracepoint (the `probes` rows of earlier versions).
+#[derive(Debug, Serialize)]
+pub struct ProbeRow {
+    pub program: &'static str,
+    pub tracepoint: String,
+    pub required: bool,
+    pub feature: &'static str,
+    pub status: &'static str,
+    pub reason: Option<String>,
+}
+
+/// One program of the table and what became of it.
+#[derive(Debug, Serialize)]
+pub struct ProgramRow {
+    pub program: &'static str,
+    pub hook: programs::Hook,
+    pub target: String,
+    pub feature: Feature,
+    pub required: bool,
+    pub gives: &'static str,
+    /// attached | failed | loaded (nothing to attach it to yet) | not loaded
+    pub status: &'static str,
+    #[serde(flatten)]
+    pub state: ProgramState,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub kernel: String,
@@ -64,7 +83,12 @@ pub struct Report {
     pub offsets_error: Option<String>,
     /// Records wait for tcp:tcp_destroy_sock (else they go out at CLOSE).
     pub emit_at_destroy: bool,
-    pub probes: Vec<ProbeReport>,
+    /// The connection tracepoints.
+    pub probes: Vec<ProbeRow>,
+    /// Every program of the object (the program table), with its state.
+    pub programs: Vec<ProgramRow>,
+    /// Each feature: on, degraded (why) or off (why), as `ready` says it.
+    pub features: Features,
     /// TLS libraries found on this machine and in running processes, and the
     /// handshake probes attached to each (null when nothing could be tried).
     pub tls: Option<TlsReport>,
@@ -72,8 +96,10 @@ pub struct Report {
     pub gpu: GpuReport,
     /// The resolver probes: what was probed, or why lookups are not seen.
     pub dns: Option<DnsReport>,
-    /// True when the observer can run (every required probe attached).
+    /// True when the observer can run: the rule `watch` and `run` apply.
     pub ok: bool,
+    /// Why it cannot, when it cannot.
+    pub refusal: Option<String>,
 }
 
 fn kernel_release() -> String {
@@ -82,23 +108,66 @@ fn kernel_release() -> String {
     format!("{} ({arch})", rel.trim())
 }
 
-/// Probe rows for when nothing could be tried, each saying why.
-fn untried(reason: &str) -> Vec<ProbeReport> {
-    PROBES
+fn status(s: &ProgramState) -> &'static str {
+    match (s.attached, s.failures, s.loaded) {
+        (1.., _, _) => "attached",
+        (0, 1.., _) => "failed",
+        (0, 0, true) => "loaded",
+        (0, 0, false) => "not loaded",
+    }
+}
+
+fn rows(states: &[(&'static Program, ProgramState)]) -> (Vec<ProbeRow>, Vec<ProgramRow>) {
+    let probes = states
         .iter()
-        .map(|s| ProbeReport {
-            program: s.program,
-            hook: s.hook,
-            tracepoint: format!("{}:{}", s.layout.category, s.layout.name),
-            required: s.required,
-            feature: s.feature,
-            status: ProbeStatus::Failed(reason.to_owned()),
+        .filter(|(p, _)| p.feature == Feature::Connections)
+        .map(|(p, s)| ProbeRow {
+            program: p.name,
+            tracepoint: p.hook.target(),
+            required: p.required,
+            feature: p.gives,
+            status: if s.attached > 0 { "attached" } else { "failed" },
+            reason: s.errors.first().cloned(),
+        })
+        .collect();
+    let programs = states
+        .iter()
+        .map(|(p, s)| ProgramRow {
+            program: p.name,
+            hook: p.hook,
+            target: p.hook.target(),
+            feature: p.feature,
+            required: p.required,
+            gives: p.gives,
+            status: status(s),
+            state: s.clone(),
+        })
+        .collect();
+    (probes, programs)
+}
+
+/// Rows for when nothing could be tried, each saying why.
+fn untried(reason: &str) -> Vec<(&'static Program, ProgramState)> {
+    programs::PROGRAMS
+        .iter()
+        .map(|p| {
+            (
+                p,
+                ProgramState {
+                    failures: 1,
+                    errors: vec![reason.to_owned()],
+                    ..ProgramState::default()
+                },
+            )
         })
         .collect()
 }
 
-pub fn run(nvml_lib: Option<&str>) -> Report {
+/// Starts the observer as `watch` would (same options, same rule), reports,
+/// and drops it (which detaches everything).
+pub fn run(options: Options) -> Report {
     let p = Privileges::current();
+    let gpu = gpu_report(options.nvml_lib.as_deref());
     let mut report = Report {
         kernel: kernel_release(),
         btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
@@ -107,72 +176,42 @@ pub fn run(nvml_lib: Option<&str>) -> Report {
         cap_perfmon: p.cap_perfmon,
         cap_sys_admin: p.cap_sys_admin,
         privileged: p.sufficient(),
-        tracefs: None,
+        tracefs: tracefs::find().map(|p| p.display().to_string()),
         load_error: None,
         offsets: None,
         offsets_error: None,
         emit_at_destroy: false,
         probes: Vec::new(),
+        programs: Vec::new(),
+        features: Features::default(),
         tls: None,
-        gpu: gpu_report(nvml_lib),
+        gpu,
         dns: None,
         ok: false,
+        refusal: None,
     };
-    if !p.sufficient() {
-        report.tracefs = tracefs::find().map(|p| p.display().to_string());
-        report.load_error = Some(NEEDS.to_owned());
-        report.probes = untried(&format!("not tried: {NEEDS}"));
-        return report;
+    match Observer::start(options) {
+        Err(e) => {
+            let why = format!("{:#}", anyhow::Error::from(e));
+            (report.probes, report.programs) = rows(&untried(&format!("not tried: {why}")));
+            report.refusal = Some(why.clone());
+            report.load_error = Some(why);
+        }
+        Ok(obs) => {
+            report.tracefs = Some(obs.tracefs.display().to_string());
+            report.offsets = obs.offsets.clone().ok();
+            report.offsets_error = obs.offsets.clone().err();
+            report.emit_at_destroy = obs.emit_at_destroy;
+            (report.probes, report.programs) = rows(&obs.probes.states());
+            report.features = obs.features();
+            report.tls = Some(obs.tls.report.clone());
+            report.dns = Some(obs.dns_report());
+            match obs.verdict() {
+                Ok(()) => report.ok = true,
+                Err(e) => report.refusal = Some(e.to_string()),
+            }
+        }
     }
-    let tfs = match tracefs::find_or_mount() {
-        Ok(t) => t,
-        Err(e) => {
-            report.load_error = Some(e.to_string());
-            report.probes = untried("not tried: no tracefs");
-            return report;
-        }
-    };
-    report.tracefs = Some(tfs.display().to_string());
-    let mut loaded = match ebpf::load(&LoadOptions::default(), &tfs) {
-        Ok(l) => l,
-        Err(e) => {
-            report.load_error = Some(format!("{e:#}"));
-            report.probes = untried("not tried: the eBPF object did not load");
-            return report;
-        }
-    };
-    // Attach each row on its own so a required failure still lists the rest.
-    report.offsets = loaded.offsets.clone().ok();
-    report.offsets_error = loaded.offsets.clone().err();
-    report.emit_at_destroy = loaded.emit_at_destroy;
-    report.probes = PROBES
-        .iter()
-        .map(|spec| ebpf::attach_spec(&mut loaded.ebpf, &tfs, spec))
-        .collect();
-    report.ok = report.probes.iter().all(|r| !r.required || r.attached());
-    // Before TLS discovery, which also puts the resolver probes on the other
-    // C libraries it finds.
-    let dns = crate::dns::attach(&mut loaded.ebpf, true);
-    // The same discovery `watch` makes at start; dropping it removes what it
-    // attached.
-    let mut tls = TlsProbes::new(
-        &mut loaded.ebpf,
-        Settings {
-            policy: Policy::Auto,
-            max_rate: 2000,
-            max_processes: 512,
-        },
-        Path::new("/proc"),
-        &tfs,
-    );
-    tls.discover(&mut loaded.ebpf);
-    report.tls = Some(tls.report.clone());
-    report.dns = Some(DnsReport {
-        probed: dns.libc.clone().ok(),
-        error: dns.libc.err(),
-        wire_probed: dns.wire.clone().ok(),
-        wire_error: dns.wire.err(),
-    });
     report
 }
 
@@ -184,7 +223,9 @@ fn yes(b: bool) -> &'static str {
     }
 }
 
-pub fn print(r: &Report) {
+/// The report as text; `verbose` adds the verifier's logs of programs the
+/// kernel refused.
+pub fn print(r: &Report, verbose: bool) {
     println!("observer doctor");
     println!("  kernel       {}", r.kernel);
     println!(
@@ -226,32 +267,37 @@ pub fn print(r: &Report) {
             ),
         }
     }
-    println!("probes:");
+    println!("programs (the whole eBPF object):");
     println!(
-        "  {:<22} {:<28} {:<9} {:<11} WHAT IT GIVES (LOST WITHOUT IT)",
-        "PROGRAM", "TRACEPOINT", "REQUIRED", "STATUS"
+        "  {:<22} {:<21} {:<9} {:<10} {:>4}  TARGET / WHAT IT GIVES",
+        "PROGRAM", "FEATURE", "REQUIRED", "STATUS", "AT"
     );
-    for p in &r.probes {
-        let (status, reason) = match &p.status {
-            ProbeStatus::Attached => ("attached", None),
-            ProbeStatus::Unavailable(r) => ("missing", Some(r)),
-            ProbeStatus::Failed(r) => ("failed", Some(r)),
-        };
-        let tp = match p.hook {
-            crate::ebpf::Hook::TracePoint => p.tracepoint.clone(),
-            crate::ebpf::Hook::RawTracePoint => format!("{} (raw)", p.tracepoint),
-        };
+    for p in &r.programs {
         println!(
-            "  {:<22} {:<28} {:<9} {:<11} {}",
+            "  {:<22} {:<21} {:<9} {:<10} {:>4}  {}: {}",
             p.program,
-            tp,
+            p.feature.label(),
             yes(p.required),
-            status,
-            p.feature
+            p.status,
+            p.state.attached,
+            p.target,
+            p.gives
         );
-        if let Some(reason) = reason {
-            println!("  {:<22} -> {reason}", "");
+        for e in &p.state.errors {
+            println!("  {:<22} -> {e}", "");
         }
+        if verbose {
+            if let Some(log) = &p.state.verifier_log {
+                println!("  {:<22} verifier log:", "");
+                for l in log.lines() {
+                    println!("  {:<24}{l}", "");
+                }
+            }
+        }
+    }
+    println!("features:");
+    for (f, s) in &r.features.0 {
+        println!("  {:<21} {:<9} {}", f.label(), s.word(), s.detail());
     }
     print_tls(r.tls.as_ref());
     if let Some(d) = &r.dns {
@@ -262,7 +308,7 @@ pub fn print(r: &Report) {
                 e.as_deref().unwrap_or("?")
             ),
         }
-        for f in r.tls.iter().flat_map(|t| &t.resolver_files) {
+        for f in &d.resolver_files {
             match &f.error {
                 None => println!(
                     "DNS lookups: {} in {}, for every process",
@@ -291,14 +337,18 @@ pub fn print(r: &Report) {
             e.as_deref().unwrap_or("?")
         ),
     }
-    let attached = r.probes.iter().filter(|p| p.attached()).count();
-    if r.ok {
-        println!("verdict: ok, {attached}/{} probes attach", r.probes.len());
-    } else {
-        println!(
-            "verdict: NOT WORKING, {attached}/{} probes attach",
-            r.probes.len()
-        );
+    let attached = r.programs.iter().filter(|p| p.status == "attached").count();
+    match (&r.refusal, r.ok) {
+        (None, true) => println!(
+            "verdict: ok, {attached}/{} programs attached; features: {}",
+            r.programs.len(),
+            r.features.words()
+        ),
+        (why, _) => println!(
+            "verdict: NOT WORKING ({}), {attached}/{} programs attached",
+            why.as_deref().unwrap_or("?"),
+            r.programs.len()
+        ),
     }
 }
 

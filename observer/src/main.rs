@@ -47,14 +47,23 @@ fn main() -> ExitCode {
         }
         Command::Gpu(args) => gpu(&args),
         Command::Doctor(args) => {
-            let report = doctor::run(args.nvml_lib.as_deref());
+            let report = doctor::run(observer::observer::Options {
+                load: observer::ebpf::LoadOptions::default(),
+                tls: observer::tls::Settings {
+                    policy: args.tls_plaintext_probes,
+                    max_rate: 2000,
+                    max_processes: 512,
+                },
+                dns_wire: args.dns_wire == observer::cli::OnOff::On,
+                nvml_lib: args.nvml_lib.clone(),
+            });
             if args.json {
                 match serde_json::to_string_pretty(&report) {
                     Ok(s) => println!("{s}"),
                     Err(e) => return fail(&e.into()),
                 }
             } else {
-                doctor::print(&report);
+                doctor::print(&report, args.verbose);
             }
             if report.ok {
                 ExitCode::SUCCESS

@@ -71,6 +71,12 @@ pub struct Summary {
     pub dns_wire: DnsWireSummary,
     /// TLS libraries found and probes attached.
     pub tls: Option<crate::tls::TlsReport>,
+    /// What the DNS probes sat on.
+    pub dns: Option<crate::dns::DnsReport>,
+    /// Each feature's state at stop: on, degraded (why) or off (why).
+    pub features: crate::observer::Features,
+    /// Each program of the table: where it was attached, and failures.
+    pub program_attachments: Vec<ProgramSummary>,
     /// `observer run`: what the OTLP exporter did.
     pub export: Option<ExportSummary>,
     /// Per-program run counts, run time and misses.
@@ -144,4 +150,14 @@ impl ExportSummary {
             metric_exports: g(&s.metric_exports),
         }
     }
+}
+
+/// One program of the table over a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProgramSummary {
+    pub program: &'static str,
+    pub feature: crate::programs::Feature,
+    /// Attachments made (a uprobe program: one per library function).
+    pub attached: u64,
+    pub failures: u64,
 }

@@ -16,6 +16,13 @@ pub enum TracefsError {
     /// Neither location has tracefs, and mounting it failed.
     #[error("tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {0} (needs root or CAP_SYS_ADMIN; or run `mount -t tracefs nodev /sys/kernel/tracing`)")]
     Mount(io::Error),
+    /// tracefs is mounted, but this process may not read it.
+    #[error("tracefs is mounted at {path} but not readable by this process (needs root, or read access to {path}: tracepoint layouts and uprobe events live there)")]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// A tracefs directory that holds `events/`.
@@ -28,10 +35,27 @@ pub fn find() -> Option<PathBuf> {
     CANDIDATES.iter().map(PathBuf::from).find(|p| usable(p))
 }
 
+/// Where the mount table says tracefs is, readable or not.
+fn mounted() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|l| {
+        // "... root mountpoint opts ... - fstype source superopts"
+        let (left, right) = l.split_once(" - ")?;
+        let mountpoint = left.split_whitespace().nth(4)?;
+        (right.split_whitespace().next()? == "tracefs").then(|| PathBuf::from(mountpoint))
+    })
+}
+
 /// Finds tracefs, mounting it at /sys/kernel/tracing when it is nowhere.
 pub fn find_or_mount() -> Result<PathBuf, TracefsError> {
     if let Some(p) = find() {
         return Ok(p);
+    }
+    if let Some(path) = mounted() {
+        let source = std::fs::read_dir(path.join("events"))
+            .err()
+            .unwrap_or_else(|| io::Error::other("events/ is missing"));
+        return Err(TracefsError::Unreadable { path, source });
     }
     let target = Path::new(CANDIDATES[0]);
     let c = |s: &str| std::ffi::CString::new(s).expect("no NUL in literal");

@@ -35,8 +35,8 @@ fn usage_errors_exit_2_with_a_clear_message() {
 
 /// A copy of the binary that an unprivileged user can execute wherever the
 /// checkout lives.
-fn world_executable_copy() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("observer-cli-{}", std::process::id()));
+fn world_executable_copy(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("observer-cli-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.join("observer");
@@ -50,7 +50,7 @@ fn without_privileges_it_says_what_it_needs_and_exits_1() {
     if !require_root("unprivileged") || !require_tool("unprivileged", "setpriv") {
         return;
     }
-    let bin = world_executable_copy();
+    let bin = world_executable_copy("unprivileged");
     for sub in [&["watch"][..], &["doctor"]] {
         // Dropping from uid 0 to nobody clears every effective capability.
         let out = Command::new("setpriv")
@@ -87,8 +87,8 @@ fn duration_stops_by_itself_with_a_summary() {
         "text mode prints a header: {out}"
     );
     assert!(
-        err.lines()
-            .any(|l| l.starts_with("ready: 9/9 probes attached")),
+        err.lines().any(|l| l.starts_with("ready: ")
+            && l.contains("; connections: on (9/9 programs attached); ")),
         "{err}"
     );
     assert!(err.lines().any(|l| l.starts_with("summary: ")), "{err}");
@@ -158,7 +158,7 @@ fn doctor_reports_every_probe_attached() {
     );
     assert!(v["dns"]["wire_probed"].is_string(), "{}", v["dns"]);
     // musl, installed for the DNS tests, is a C library of its own.
-    let resolvers = v["tls"]["resolver_files"].as_array().unwrap();
+    let resolvers = v["dns"]["resolver_files"].as_array().unwrap();
     assert!(
         resolvers
             .iter()
@@ -167,5 +167,112 @@ fn doctor_reports_every_probe_attached() {
                 && f["probed"][0] == "getaddrinfo"),
         "{resolvers:#?}"
     );
-    assert!(text.contains("verdict: ok, 9/9 probes attach"), "{text}");
+    // Every program of the object is listed; none failed. Those still
+    // "loaded" wait for something to attach to: the per-process plaintext
+    // programs and BoringSSL's SSL_set_tlsext_host_name (not in OpenSSL 3).
+    let programs = v["programs"].as_array().unwrap();
+    assert_eq!(programs.len(), observer::programs::PROGRAMS.len());
+    for p in programs {
+        let waiting = p["feature"] == "tls_plaintext" || p["program"] == "ssl_set_host_name";
+        let want = if waiting { "loaded" } else { "attached" };
+        assert_eq!(p["status"], want, "{p}");
+        assert_eq!(p["failures"], 0, "{p}");
+    }
+    for (feature, state) in v["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (&f[0], &f[1]))
+    {
+        let want = if feature == "gpu" { "off" } else { "on" };
+        assert_eq!(state["state"], want, "{feature}: {state}");
+    }
+    assert!(
+        text.contains("verdict: ok, 24/30 programs attached"),
+        "{text}"
+    );
+}
+
+/// The capabilities a cautious operator might give a daemon instead of
+/// root: eBPF loads and the tracepoints attach, but this kernel refuses
+/// uprobes (perf_event_open) without CAP_SYS_ADMIN, and tracefs is root's.
+/// The `ready` line, the summary and doctor must say so, feature by feature.
+#[test]
+fn under_reduced_privileges_each_feature_says_whether_it_works() {
+    let Some(_serial) = begin("reduced_privileges", &["setpriv"]) else {
+        return;
+    };
+    let bin = world_executable_copy("reduced");
+    let as_nobody = |caps: &str, args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(format!("--inh-caps={caps}"))
+            .arg(format!("--ambient-caps={caps}"))
+            .arg(&bin)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let caps = "+bpf,+perfmon,+sys_ptrace,+dac_read_search,+net_admin";
+    let (code, _, err) = as_nobody(caps, &["watch", "--duration", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    let ready = err.lines().find(|l| l.starts_with("ready: ")).expect(&err);
+    for want in [
+        "; connections: on (9/9 programs attached)",
+        "; TLS handshakes: off (every probe on ",
+        "; TLS plaintext timing: off (",
+        "; DNS library: off (",
+        "; DNS wire: on (port 53 on cgroup",
+        "`perf_event_open` failed: Permission denied",
+        "with CAP_SYS_ADMIN",
+    ] {
+        assert!(ready.contains(want), "{want:?} not in {ready}");
+    }
+    assert!(!ready.contains("probed"), "{ready}");
+    let summary = err
+        .lines()
+        .find(|l| l.starts_with("summary: "))
+        .expect(&err);
+    assert!(
+        summary.contains("features: connections on, TLS handshakes off, TLS plaintext timing off, DNS library off, DNS wire on"),
+        "{summary}"
+    );
+    // doctor reaches the same verdict (it can run) and the same states.
+    let (code, out, err) = as_nobody(caps, &["doctor", "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], true);
+    let state = |f: &str| {
+        v["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x[0] == f)
+            .map(|x| x[1]["state"].clone())
+            .unwrap()
+    };
+    assert_eq!(state("connections"), "on");
+    assert_eq!(state("tls_handshakes"), "off");
+    assert_eq!(state("dns_library"), "off");
+    let failed = v["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["program"] == "getaddrinfo")
+        .unwrap();
+    assert_eq!(failed["status"], "failed", "{failed}");
+    // With CAP_BPF and CAP_PERFMON only, tracefs (mounted, root's) cannot
+    // be read: said as that, not as "not mounted".
+    let (code, _, err) = as_nobody("+bpf,+perfmon", &["watch", "--duration", "1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("tracefs is mounted at") && err.contains("not readable by this process"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(bin.parent().unwrap()).unwrap();
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray},
-    programs::{Program, RawTracePoint, TracePoint},
+    programs::Program,
     Ebpf, EbpfLoader,
 };
 use observer_common::{
@@ -15,10 +15,10 @@ use observer_common::{
     SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
-use super::probes::{Hook, ProbeReport, ProbeSpec, ProbeStatus, PROBES};
 use crate::{conntrack::KernelConns, tracefs};
 
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+/// The eBPF object observer/build.rs built.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
 
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
@@ -52,11 +52,11 @@ pub enum LoadError {
     /// The object could not be loaded (maps could not be created).
     #[error("loading the eBPF object failed: {0}")]
     Object(#[from] aya::EbpfError),
-    /// A probe that everything depends on could not be attached.
-    #[error("required probe {program} ({feature}) could not be attached: {reason}")]
+    /// A program that everything depends on could not be attached.
+    #[error("required program {program} ({gives}) could not be attached: {reason}")]
     Required {
         program: &'static str,
-        feature: &'static str,
+        gives: &'static str,
         reason: String,
     },
 }
@@ -113,75 +113,6 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
         emit_at_destroy,
         offsets,
     })
-}
-
-/// Loads and attaches every program of the attach table, recording why each
-/// skipped one was skipped. Fails only when a required probe is missing.
-pub fn attach(loaded: &mut Loaded, tracefs: &Path) -> Result<Vec<ProbeReport>, LoadError> {
-    let mut reports = Vec::with_capacity(PROBES.len());
-    for spec in PROBES {
-        let report = attach_spec(&mut loaded.ebpf, tracefs, spec);
-        // Once the programs wait for tcp_destroy_sock, records depend on it.
-        let required = spec.required
-            || (loaded.emit_at_destroy
-                && spec.layout.name == tracepoints::tcp_destroy_sock::LAYOUT.name);
-        if let ProbeStatus::Unavailable(reason) | ProbeStatus::Failed(reason) = &report.status {
-            if required {
-                return Err(LoadError::Required {
-                    program: spec.program,
-                    feature: spec.feature,
-                    reason: reason.clone(),
-                });
-            }
-            tracing::warn!(
-                program = spec.program,
-                "probe skipped, lost: {}: {reason}",
-                spec.feature
-            );
-        }
-        reports.push(report);
-    }
-    Ok(reports)
-}
-
-/// Checks one row's tracepoint layout, then loads and attaches its program.
-pub fn attach_spec(ebpf: &mut Ebpf, tracefs: &Path, spec: &ProbeSpec) -> ProbeReport {
-    let status = match tracefs::check_layout(tracefs, &spec.layout) {
-        Err(e) => ProbeStatus::Unavailable(e.to_string()),
-        Ok(()) => match attach_one(ebpf, spec) {
-            Ok(()) => ProbeStatus::Attached,
-            Err(e) => ProbeStatus::Failed(e),
-        },
-    };
-    ProbeReport {
-        program: spec.program,
-        hook: spec.hook,
-        tracepoint: format!("{}:{}", spec.layout.category, spec.layout.name),
-        required: spec.required,
-        feature: spec.feature,
-        status,
-    }
-}
-
-fn attach_one(ebpf: &mut Ebpf, spec: &ProbeSpec) -> Result<(), String> {
-    let (program, category, name) = (spec.program, spec.layout.category, spec.layout.name);
-    let prog = ebpf
-        .program_mut(program)
-        .ok_or_else(|| format!("program {program} is not in the eBPF object"))?;
-    let e = |what: &str, err: aya::programs::ProgramError| format!("{what}: {err:#}");
-    match spec.hook {
-        Hook::TracePoint => {
-            let p: &mut TracePoint = prog.try_into().map_err(|x| e("kind", x))?;
-            p.load().map_err(|x| e("load", x))?;
-            p.attach(category, name).map_err(|x| e("attach", x))?;
-        }
-        Hook::RawTracePoint => {
-            let p: &mut RawTracePoint = prog.try_into().map_err(|x| e("kind", x))?;
-            p.load().map_err(|x| e("load", x))?;
-            p.attach(name).map_err(|x| e("attach", x))?;
-        }
-    }
-    Ok(())
 }
 
 /// Detaches and unloads every program, keeping the maps: after this the ring

@@ -5,7 +5,6 @@ mod probes;
 pub mod prog_stats;
 
 pub use loader::{
-    attach, attach_spec, detach_all, load, KernelConnMap, KernelCounters, LoadError, LoadOptions,
-    Loaded,
+    detach_all, load, KernelConnMap, KernelCounters, LoadError, LoadOptions, Loaded, OBJECT,
 };
-pub use probes::{Hook, ProbeReport, ProbeSpec, ProbeStatus, PROBES};
+pub use probes::{chain, ProbeError, Probes, ProgramState};

@@ -1,122 +1,443 @@
-//! The attach table: one row per eBPF program, what it hooks, whether the
-//! observer can run without it, and what is lost when it is missing.
+//! The loaded object's programs and what became of each: loaded or not,
+//! attached where, and why not. Every attach of every feature goes through
+//! [`Probes`], so the `ready` line, the summary and `doctor` read one ledger
+//! keyed by the program table (`crate::programs`).
 
-use observer_common::tracepoints::{self, Layout};
+use std::{collections::BTreeMap, error::Error as _, io, os::fd::AsFd, path::Path};
+
+use aya::{
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+        CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock, ProgramError, ProgramFd,
+        RawTracePoint, TracePoint, UProbe,
+    },
+    Ebpf,
+};
 use serde::Serialize;
 
-/// How a program attaches to its tracepoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Hook {
-    /// A classic tracepoint: the program reads the trace record's fields.
-    TracePoint,
-    /// A raw tracepoint: the program gets the tracepoint's arguments, and the
-    /// kernel skips building the record (cheaper on hot paths).
-    RawTracePoint,
+use crate::{
+    programs::{self, Direction, Hook, Program},
+    tracefs,
+};
+
+/// Why a program could not be loaded or attached. The source (aya's error,
+/// and under it the syscall's) is kept; `{:#}` through [`chain`] shows it.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The table names a program the object lacks (a build mismatch).
+    #[error("program {0} is not in the eBPF object")]
+    NotInObject(&'static str),
+    /// The object's program is of another kind than the table says.
+    #[error("program {program} is not of the kind the table says")]
+    Kind {
+        program: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    /// The verifier or the kernel refused the program.
+    #[error("loading {program}")]
+    Load {
+        program: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    /// The kernel lacks the tracepoint or lays it out otherwise.
+    #[error("{program}")]
+    Layout {
+        program: &'static str,
+        #[source]
+        source: tracefs::LayoutError,
+    },
+    /// The hook point refused it.
+    #[error("attaching {program} to {target}")]
+    Attach {
+        program: &'static str,
+        target: String,
+        #[source]
+        source: ProgramError,
+    },
 }
 
-#[derive(Debug, Clone, Copy)]
-pub struct ProbeSpec {
-    /// Program (function) name in the eBPF object.
-    pub program: &'static str,
-    pub hook: Hook,
-    /// The tracepoint and the fields the program reads.
-    pub layout: Layout,
-    /// Without a required probe nothing works.
-    pub required: bool,
-    /// What this probe provides, i.e. what is lost without it.
-    pub feature: &'static str,
+impl ProbeError {
+    /// The errno under aya's error, if a syscall failed.
+    pub fn os_error(&self) -> Option<i32> {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cur {
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                if let Some(n) = io.raw_os_error() {
+                    return Some(n);
+                }
+            }
+            cur = e.source();
+        }
+        None
+    }
+
+    /// What to do about it, when we know.
+    pub fn remedy(&self) -> Option<&'static str> {
+        match (self, self.os_error()) {
+            (ProbeError::Attach { .. }, Some(libc::EPERM | libc::EACCES)) => Some(
+                "the kernel refused the probe for this user: run as root, or with CAP_SYS_ADMIN",
+            ),
+            (ProbeError::Load { .. }, Some(libc::EPERM | libc::EACCES)) => {
+                Some("needs root, or CAP_BPF and CAP_PERFMON")
+            }
+            _ => None,
+        }
+    }
+
+    /// The verifier's log, when the kernel refused to load the program.
+    pub fn verifier_log(&self) -> Option<String> {
+        match self {
+            ProbeError::Load {
+                source: ProgramError::LoadError { verifier_log, .. },
+                ..
+            } => Some(verifier_log.to_string()),
+            _ => None,
+        }
+    }
 }
 
-pub const PROBES: &[ProbeSpec] = &[
-    ProbeSpec {
-        program: "inet_sock_set_state",
-        hook: Hook::TracePoint,
-        layout: tracepoints::inet_sock_set_state::LAYOUT,
-        required: true,
-        feature: "connection lifecycle: every record, connect time, failures",
-    },
-    ProbeSpec {
-        program: "sock_send_length",
-        hook: Hook::RawTracePoint,
-        layout: tracepoints::sock_send_length::LAYOUT,
-        required: false,
-        feature: "bytes sent, time to first byte, inbound process attribution",
-    },
-    ProbeSpec {
-        program: "sock_recv_length",
-        hook: Hook::RawTracePoint,
-        layout: tracepoints::sock_recv_length::LAYOUT,
-        required: false,
-        feature: "bytes received, time to first byte, inbound process attribution",
-    },
-    ProbeSpec {
-        program: "tcp_retransmit_skb",
-        hook: Hook::TracePoint,
-        layout: tracepoints::tcp_retransmit_skb::LAYOUT,
-        required: false,
-        feature: "retransmit counts",
-    },
-    ProbeSpec {
-        program: "tcp_receive_reset",
-        hook: Hook::TracePoint,
-        layout: tracepoints::tcp_receive_reset::LAYOUT,
-        required: false,
-        feature: "\"refused\" and \"reset\" errors, resets received",
-    },
-    ProbeSpec {
-        program: "tcp_send_reset",
-        hook: Hook::TracePoint,
-        layout: tracepoints::tcp_send_reset::LAYOUT,
-        required: false,
-        feature: "resets sent",
-    },
-    ProbeSpec {
-        program: "tcp_destroy_sock",
-        hook: Hook::TracePoint,
-        layout: tracepoints::tcp_destroy_sock::LAYOUT,
-        required: false,
-        feature: "resets sent by an aborting close() (else records go out at CLOSE)",
-    },
-    ProbeSpec {
-        program: "sched_process_exec",
-        hook: Hook::TracePoint,
-        layout: tracepoints::sched_process_exec::LAYOUT,
-        required: false,
-        feature: "executables of short-lived processes, fresh names after exec",
-    },
-    ProbeSpec {
-        program: "sched_process_exit",
-        hook: Hook::TracePoint,
-        layout: tracepoints::sched_process_exit::LAYOUT,
-        required: false,
-        feature: "process cache cleanup on exit (else bounded by size)",
-    },
-];
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", content = "reason", rename_all = "lowercase")]
-pub enum ProbeStatus {
-    Attached,
-    /// The kernel lacks the tracepoint or lays it out differently.
-    Unavailable(String),
-    /// Loading (verifier) or attaching failed.
-    Failed(String),
+/// An error and its causes on one line ("a: b: c"), with the remedy.
+pub fn chain(e: &ProbeError) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        // aya's LoadError prints the whole verifier log: that is for
+        // `doctor --verbose`, not for one line.
+        let text = match c.downcast_ref::<ProgramError>() {
+            Some(ProgramError::LoadError { io_error, .. }) => {
+                format!("the BPF_PROG_LOAD syscall returned {io_error}")
+            }
+            _ => c.to_string(),
+        };
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        if matches!(
+            c.downcast_ref::<ProgramError>(),
+            Some(ProgramError::LoadError { .. })
+        ) {
+            break;
+        }
+        cur = c.source();
+    }
+    if let Some(r) = e.remedy() {
+        s.push_str(" (");
+        s.push_str(r);
+        s.push(')');
+    }
+    s
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct ProbeReport {
-    pub program: &'static str,
-    pub hook: Hook,
-    pub tracepoint: String,
-    pub required: bool,
-    pub feature: &'static str,
-    #[serde(flatten)]
-    pub status: ProbeStatus,
+/// What became of one program.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProgramState {
+    pub loaded: bool,
+    /// Places it is attached now or was (a tracepoint: 1; a uprobe: one per
+    /// library function; per-process TLS probes count their shared event).
+    pub attached: u64,
+    pub failures: u64,
+    /// The first errors, each with its causes and remedy.
+    pub errors: Vec<String>,
+    /// The verifier's log when loading failed (`doctor --verbose`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verifier_log: Option<String>,
 }
 
-impl ProbeReport {
-    pub fn attached(&self) -> bool {
-        self.status == ProbeStatus::Attached
+const ERRORS_KEPT: usize = 4;
+
+/// The eBPF object and the ledger of its programs.
+pub struct Probes {
+    pub ebpf: Ebpf,
+    states: BTreeMap<&'static str, ProgramState>,
+}
+
+fn row(name: &'static str) -> Result<&'static Program, ProbeError> {
+    programs::get(name).ok_or(ProbeError::NotInObject(name))
+}
+
+impl Probes {
+    pub fn new(ebpf: Ebpf) -> Self {
+        Self {
+            ebpf,
+            states: BTreeMap::new(),
+        }
+    }
+
+    /// Every program of the table with what became of it (untouched ones
+    /// too, as not loaded).
+    pub fn states(&self) -> Vec<(&'static Program, ProgramState)> {
+        programs::PROGRAMS
+            .iter()
+            .map(|p| (p, self.states.get(p.name).cloned().unwrap_or_default()))
+            .collect()
+    }
+
+    pub fn state(&self, name: &str) -> Option<&ProgramState> {
+        self.states.get(name)
+    }
+
+    fn note<T>(&mut self, name: &'static str, r: Result<T, ProbeError>) -> Result<T, ProbeError> {
+        let s = self.states.entry(name).or_default();
+        match &r {
+            Ok(_) => {}
+            Err(e) => {
+                s.failures += 1;
+                if s.errors.len() < ERRORS_KEPT {
+                    s.errors.push(chain(e));
+                }
+                if s.verifier_log.is_none() {
+                    s.verifier_log = e.verifier_log();
+                }
+                tracing::debug!("{}", chain(e));
+            }
+        }
+        r
+    }
+
+    /// Loads a program of the table (once).
+    pub fn load(&mut self, name: &'static str) -> Result<(), ProbeError> {
+        if self.states.get(name).is_some_and(|s| s.loaded) {
+            return Ok(());
+        }
+        let r = self.load_inner(name);
+        let r = self.note(name, r);
+        if r.is_ok() {
+            self.states.entry(name).or_default().loaded = true;
+        }
+        r
+    }
+
+    fn load_inner(&mut self, name: &'static str) -> Result<(), ProbeError> {
+        let hook = row(name)?.hook;
+        let prog = self
+            .ebpf
+            .program_mut(name)
+            .ok_or(ProbeError::NotInObject(name))?;
+        let kind = |source| ProbeError::Kind {
+            program: name,
+            source,
+        };
+        let load = |source| ProbeError::Load {
+            program: name,
+            source,
+        };
+        match hook {
+            Hook::TracePoint { .. } => {
+                let p: &mut TracePoint = prog.try_into().map_err(kind)?;
+                p.load().map_err(load)
+            }
+            Hook::RawTracePoint { .. } => {
+                let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
+                p.load().map_err(load)
+            }
+            Hook::UProbe { .. } => {
+                let p: &mut UProbe = prog.try_into().map_err(kind)?;
+                p.load().map_err(load)
+            }
+            Hook::CgroupSkb { .. } => {
+                let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
+                p.load().map_err(load)
+            }
+            Hook::CgroupSockRelease => {
+                let p: &mut CgroupSock = prog.try_into().map_err(kind)?;
+                p.load().map_err(load)
+            }
+        }
+    }
+
+    /// Loads every program of a feature; the first error, if any.
+    pub fn load_feature(&mut self, feature: programs::Feature) -> Result<(), ProbeError> {
+        let mut first = Ok(());
+        for p in programs::of(feature) {
+            if let Err(e) = self.load(p.name) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    fn attached(&mut self, name: &'static str) {
+        self.states.entry(name).or_default().attached += 1;
+    }
+
+    /// A tracepoint program: its layout checked against tracefs, loaded,
+    /// attached.
+    pub fn attach_tracepoint(
+        &mut self,
+        name: &'static str,
+        tracefs: &Path,
+    ) -> Result<(), ProbeError> {
+        let r = self.attach_tracepoint_inner(name, tracefs);
+        let r = self.note(name, r);
+        if r.is_ok() {
+            self.attached(name);
+        }
+        r
+    }
+
+    fn attach_tracepoint_inner(
+        &mut self,
+        name: &'static str,
+        tracefs: &Path,
+    ) -> Result<(), ProbeError> {
+        let hook = row(name)?.hook;
+        let (Hook::TracePoint { layout } | Hook::RawTracePoint { layout }) = hook else {
+            return Err(ProbeError::NotInObject(name));
+        };
+        tracefs::check_layout(tracefs, &layout).map_err(|source| ProbeError::Layout {
+            program: name,
+            source,
+        })?;
+        self.load(name)?;
+        let prog = self
+            .ebpf
+            .program_mut(name)
+            .ok_or(ProbeError::NotInObject(name))?;
+        let attach = |source| ProbeError::Attach {
+            program: name,
+            target: hook.target(),
+            source,
+        };
+        let kind = |source| ProbeError::Kind {
+            program: name,
+            source,
+        };
+        match hook {
+            Hook::TracePoint { .. } => {
+                let p: &mut TracePoint = prog.try_into().map_err(kind)?;
+                p.attach(layout.category, layout.name).map_err(attach)?;
+            }
+            _ => {
+                let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
+                p.attach(layout.name).map_err(attach)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A uprobe program on a function of the file at `path` (by symbol, or
+    /// at a file offset when the caller resolved it), for `scope`.
+    pub fn attach_uprobe(
+        &mut self,
+        name: &'static str,
+        symbol: &str,
+        offset: Option<u64>,
+        path: &Path,
+        cookie: Option<u64>,
+        scope: UProbeScope,
+    ) -> Result<UProbeLinkId, ProbeError> {
+        let r = self.load(name).and_then(|()| {
+            let p: &mut UProbe = self
+                .ebpf
+                .program_mut(name)
+                .ok_or(ProbeError::NotInObject(name))?
+                .try_into()
+                .map_err(|source| ProbeError::Kind {
+                    program: name,
+                    source,
+                })?;
+            let location = match offset {
+                Some(o) => UProbeAttachLocation::AbsoluteOffset(o),
+                None => UProbeAttachLocation::Symbol(symbol),
+            };
+            p.attach(UProbeAttachPoint { location, cookie }, path, scope)
+                .map_err(|source| ProbeError::Attach {
+                    program: name,
+                    target: format!("{symbol} in {}", path.display()),
+                    source,
+                })
+        });
+        let r = self.note(name, r);
+        if r.is_ok() {
+            self.attached(name);
+        }
+        r
+    }
+
+    /// A cgroup program of the table on the cgroup directory `dir`.
+    pub fn attach_cgroup(
+        &mut self,
+        name: &'static str,
+        dir: &std::fs::File,
+        shown: &Path,
+    ) -> Result<(), ProbeError> {
+        let r = self.load(name).and_then(|()| {
+            let hook = row(name)?.hook;
+            let prog = self
+                .ebpf
+                .program_mut(name)
+                .ok_or(ProbeError::NotInObject(name))?;
+            let kind = |source| ProbeError::Kind {
+                program: name,
+                source,
+            };
+            let attach = |source| ProbeError::Attach {
+                program: name,
+                target: format!("{} on {}", hook.target(), shown.display()),
+                source,
+            };
+            // aya attaches them as bpf links (kernel 5.7+), which always run
+            // beside other programs on the cgroup and refuse ALLOW_MULTI.
+            match hook {
+                Hook::CgroupSkb { direction } => {
+                    let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
+                    let way = match direction {
+                        Direction::Egress => CgroupSkbAttachType::Egress,
+                        Direction::Ingress => CgroupSkbAttachType::Ingress,
+                    };
+                    p.attach(dir.as_fd(), way, CgroupAttachMode::Single)
+                        .map_err(attach)?;
+                }
+                _ => {
+                    let p: &mut CgroupSock = prog.try_into().map_err(kind)?;
+                    p.attach(dir.as_fd(), CgroupAttachMode::Single)
+                        .map_err(attach)?;
+                }
+            }
+            Ok(())
+        });
+        let r = self.note(name, r);
+        if r.is_ok() {
+            self.attached(name);
+        }
+        r
+    }
+
+    /// A loaded uprobe program's fd, for attachments made outside aya (the
+    /// TLS manager's shared uprobe events).
+    pub fn uprobe_fd(&mut self, name: &'static str) -> Result<&ProgramFd, ProbeError> {
+        self.load(name)?;
+        let p: &mut UProbe = self
+            .ebpf
+            .program_mut(name)
+            .ok_or(ProbeError::NotInObject(name))?
+            .try_into()
+            .map_err(|source| ProbeError::Kind {
+                program: name,
+                source,
+            })?;
+        p.fd().map_err(|source| ProbeError::Load {
+            program: name,
+            source,
+        })
+    }
+
+    /// Records the result of an attachment made outside aya.
+    pub fn note_external(&mut self, name: &'static str, r: Result<(), String>) {
+        match r {
+            Ok(()) => self.attached(name),
+            Err(e) => {
+                let s = self.states.entry(name).or_default();
+                s.failures += 1;
+                if s.errors.len() < ERRORS_KEPT {
+                    s.errors.push(e);
+                }
+            }
+        }
     }
 }

@@ -18,45 +18,27 @@ use std::{
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
-    programs::{
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
-        UProbe,
-    },
-    Ebpf,
+    programs::uprobe::{UProbeLinkId, UProbeScope},
 };
 use observer_common::tls::{library, TlsProc, TLS_PROCS_MAP};
 
 use super::{
-    elf::{classify, TlsImage},
-    hooks::{hooks, Hook, PROGRAMS},
-    procmaps::{executable_files, reachable_path, FileId, Mapping},
-    report::ResolverFileReport,
     report::{Policy, Settings, TlsFileReport, TlsReport},
     uprobe_events::{EventId, UprobeEvents},
 };
+use crate::{
+    ebpf::{chain, Probes},
+    libraries::{
+        elf::{classify, TlsImage},
+        procmaps::{executable_files, reachable_path, FileId, Mapping},
+        system_libc, LIB_DIRS, MUSL_LIBS,
+    },
+    programs::{self, Feature, Library, UprobeSite},
+};
 
-/// Directories searched at start for the system's TLS libraries, so that a
-/// process that loads one later (Python imports ssl lazily) is covered
-/// before it does.
-const LIB_DIRS: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib64",
-    "/lib64",
-    "/usr/lib",
-    "/usr/local/lib",
-    "/usr/local/lib64",
-];
-
-/// Where musl's C library lives on this host (its loader is its libc):
-/// probed at start, so that a musl program's first lookup is seen.
-const MUSL_LIBS: &[&str] = &[
-    "/lib/ld-musl-x86_64.so.1",
-    "/lib/ld-musl-aarch64.so.1",
-    "/usr/lib/x86_64-linux-musl/libc.so",
-    "/usr/lib/aarch64-linux-musl/libc.so",
-];
+/// Where the discovery hands the C libraries it finds besides the system's
+/// (musl, a container's glibc): the DNS resolver probes, set by the owner.
+pub type OnCLibrary = Box<dyn FnMut(&mut Probes, &Path, &str) + Send>;
 
 /// Messages from the correlator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +84,7 @@ pub struct TlsProbes {
     events: UprobeEvents,
     /// The C library the DNS probes are on already.
     system_libc: Option<FileId>,
+    on_c_library: OnCLibrary,
     pub report: TlsReport,
 }
 
@@ -114,31 +97,38 @@ const FULL_SCAN: Duration = Duration::from_secs(10);
 /// runtimes load more later; look again.
 const EXEC_SCANS: [Duration; 2] = [Duration::from_millis(50), Duration::from_secs(1)];
 
-fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &str) -> Result<&'a mut UProbe, String> {
-    ebpf.program_mut(program)
-        .ok_or_else(|| format!("program {program} is not in the eBPF object"))?
-        .try_into()
-        .map_err(|e| format!("{program}: {e}"))
+/// The table's uprobes of `feature` for a TLS library of kind `lib`.
+fn sites(lib: u8, feature: Feature) -> Vec<UprobeSite> {
+    let kind = if lib == library::GNUTLS {
+        Library::GnuTls
+    } else {
+        Library::OpenSsl
+    };
+    programs::uprobe_sites(feature, kind)
 }
 
 impl TlsProbes {
     /// Loads the TLS programs and takes the process map. Never fails: what
     /// cannot be done is reported.
-    pub fn new(ebpf: &mut Ebpf, settings: Settings, proc_root: &Path, tracefs: &Path) -> Self {
+    pub fn new(
+        probes: &mut Probes,
+        settings: Settings,
+        proc_root: &Path,
+        tracefs: &Path,
+        on_c_library: OnCLibrary,
+    ) -> Self {
         let mut report = TlsReport {
             plaintext_policy: Some(settings.policy),
             plaintext_max_rate: settings.max_rate,
             ..TlsReport::default()
         };
-        for name in PROGRAMS {
-            if let Err(e) = uprobe(ebpf, name)
-                .and_then(|p| p.load().map_err(|e| format!("loading {name}: {e}")))
-            {
-                report.programs_error = Some(e);
-                break;
+        for feature in [Feature::TlsHandshakes, Feature::TlsPlaintext] {
+            if let Err(e) = probes.load_feature(feature) {
+                report.programs_error.get_or_insert(chain(&e));
             }
         }
-        let procs_map = ebpf
+        let procs_map = probes
+            .ebpf
             .take_map(TLS_PROCS_MAP)
             .and_then(|m| BpfHashMap::try_from(m).ok());
         let now = Instant::now();
@@ -153,7 +143,8 @@ impl TlsProbes {
             procs_map,
             last_rate_check: now,
             last_full_scan: now,
-            system_libc: crate::dns::system_libc().and_then(|p| {
+            on_c_library,
+            system_libc: system_libc().and_then(|p| {
                 use std::os::unix::fs::MetadataExt;
                 let md = std::fs::metadata(p).ok()?;
                 Some((md.dev(), md.ino()))
@@ -167,10 +158,7 @@ impl TlsProbes {
     }
 
     /// The system's library directories and every running process's mappings.
-    pub fn discover(&mut self, ebpf: &mut Ebpf) {
-        if !self.usable() {
-            return;
-        }
+    pub fn discover(&mut self, probes: &mut Probes) {
         for dir in LIB_DIRS {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
@@ -179,17 +167,17 @@ impl TlsProbes {
                 let name = e.file_name();
                 let name = name.to_string_lossy();
                 if name.starts_with("libssl.so") || name.starts_with("libgnutls.so") {
-                    self.consider_file(ebpf, &e.path());
+                    self.consider_file(probes, &e.path());
                 }
             }
         }
         for lib in MUSL_LIBS {
-            self.consider_file(ebpf, Path::new(lib));
+            self.consider_file(probes, Path::new(lib));
         }
-        self.scan_all(ebpf);
+        self.scan_all(probes);
     }
 
-    fn scan_all(&mut self, ebpf: &mut Ebpf) {
+    fn scan_all(&mut self, probes: &mut Probes) {
         let own = std::process::id();
         let Ok(entries) = std::fs::read_dir(&self.proc_root) else {
             return;
@@ -200,7 +188,7 @@ impl TlsProbes {
             .filter(|&p| p != own)
             .collect();
         for pid in pids {
-            self.scan(ebpf, pid);
+            self.scan(probes, pid);
         }
         // Processes whose exit we missed keep no probes.
         let gone: Vec<u32> = self
@@ -210,13 +198,13 @@ impl TlsProbes {
             .filter(|p| !self.proc_root.join(p.to_string()).exists())
             .collect();
         for pid in gone {
-            self.detach_process(ebpf, pid);
+            self.detach_process(probes, pid);
         }
         self.last_full_scan = Instant::now();
     }
 
     /// Looks at the files `pid` maps; returns its TLS files.
-    fn scan(&mut self, ebpf: &mut Ebpf, pid: u32) -> Vec<Mapping> {
+    fn scan(&mut self, probes: &mut Probes, pid: u32) -> Vec<Mapping> {
         let maps = match executable_files(&self.proc_root, pid) {
             Ok(m) => m,
             Err(e) => {
@@ -238,7 +226,7 @@ impl TlsProbes {
                         } else {
                             path
                         };
-                        self.consider(ebpf, m.id, &path, &m.path)
+                        self.consider(probes, m.id, &path, &m.path)
                     }
                     None => continue,
                 }
@@ -251,14 +239,14 @@ impl TlsProbes {
     }
 
     /// A file of this host's: the real one, not the symlinks to it.
-    fn consider_file(&mut self, ebpf: &mut Ebpf, link: &Path) {
+    fn consider_file(&mut self, probes: &mut Probes, link: &Path) {
         use std::os::unix::fs::MetadataExt;
         let Ok(path) = std::fs::canonicalize(link) else {
             return;
         };
         if let Ok(md) = std::fs::metadata(&path) {
             self.consider(
-                ebpf,
+                probes,
                 (md.dev(), md.ino()),
                 &path,
                 &path.display().to_string(),
@@ -267,18 +255,18 @@ impl TlsProbes {
     }
 
     /// Classifies a file once; a TLS one gets its all-process probes.
-    fn consider(&mut self, ebpf: &mut Ebpf, id: FileId, path: &Path, shown: &str) {
+    fn consider(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
         if self.files.contains_key(&id) {
             return;
         }
         let image = match classify(path) {
             Ok(img) => {
                 if img.resolver && Some(id) != self.system_libc {
-                    self.probe_resolver(ebpf, path, shown);
+                    (self.on_c_library)(probes, path, shown);
                 }
                 match img.tls {
-                    Some(tls) => tls,
-                    None => {
+                    Some(tls) if self.usable() => tls,
+                    _ => {
                         self.files.insert(id, None);
                         return;
                     }
@@ -299,17 +287,17 @@ impl TlsProbes {
             probes: 0,
             errors: Vec::new(),
         };
-        let mut sets = vec![hooks(image.library, false)];
+        let mut hooks = sites(image.library, Feature::TlsHandshakes);
         if self.settings.policy == Policy::All {
-            sets.push(hooks(image.library, true));
+            hooks.extend(sites(image.library, Feature::TlsPlaintext));
         }
-        for hook in sets.into_iter().flatten() {
+        for hook in hooks {
             let Some(offset) = image.offset(hook.symbol) else {
                 continue;
             };
             match attach(
-                ebpf,
-                hook,
+                probes,
+                &hook,
                 path,
                 offset,
                 image.library,
@@ -341,28 +329,7 @@ impl TlsProbes {
         );
     }
 
-    /// A C library besides the system's (musl, a container's glibc): its
-    /// resolver gets the DNS probes, for all processes.
-    fn probe_resolver(&mut self, ebpf: &mut Ebpf, path: &Path, shown: &str) {
-        let (probed, error) = match crate::dns::attach_resolver(ebpf, path) {
-            Ok(fns) => (fns, None),
-            Err(e) => {
-                self.report.attach_errors += 1;
-                (Vec::new(), Some(e))
-            }
-        };
-        tracing::info!("DNS: {shown} probed ({probed:?}, {error:?})");
-        self.report.resolver_files.push(ResolverFileReport {
-            path: shown.to_owned(),
-            probed,
-            error,
-        });
-    }
-
-    pub fn handle(&mut self, ebpf: &mut Ebpf, cmd: Command) {
-        if !self.usable() {
-            return;
-        }
+    pub fn handle(&mut self, probes: &mut Probes, cmd: Command) {
         match cmd {
             Command::TlsProcess(pid) => {
                 tracing::debug!("TLS: pid {pid} started TLS");
@@ -370,31 +337,31 @@ impl TlsProbes {
                     && !self.procs.contains_key(&pid)
                     && !self.high_rate.contains(&pid)
                 {
-                    self.attach_process(ebpf, pid);
+                    self.attach_process(probes, pid);
                 }
             }
             Command::Exec(pid) => {
                 tracing::debug!("TLS: pid {pid} exec");
-                self.forget(ebpf, pid);
+                self.forget(probes, pid);
                 // Right after exec only the executable (and the loader) are
                 // mapped. A runtime that carries its own TLS library (Node.js)
                 // may handshake inside its first SSL_read, which only the
                 // plaintext probes see: those go on now, before it runs far.
-                let carried = self.scan(ebpf, pid);
+                let carried = self.scan(probes, pid);
                 if !carried.is_empty() && self.settings.policy == Policy::Auto {
-                    self.attach_process(ebpf, pid);
+                    self.attach_process(probes, pid);
                 }
                 let now = Instant::now();
                 self.scans
                     .extend(EXEC_SCANS.iter().map(|d| (now + *d, pid)));
             }
-            Command::Exit(pid) => self.forget(ebpf, pid),
+            Command::Exit(pid) => self.forget(probes, pid),
             Command::Busy(pid, calls) => {
                 if self.procs.contains_key(&pid) {
                     tracing::info!(
                         "TLS: pid {pid} made {calls} plaintext calls within 50 ms; its TLS times come from the socket now"
                     );
-                    self.fall_back(ebpf, pid);
+                    self.fall_back(probes, pid);
                 }
             }
             Command::Stop => {}
@@ -402,20 +369,20 @@ impl TlsProbes {
     }
 
     /// A process that exits or becomes another program starts afresh.
-    fn forget(&mut self, ebpf: &mut Ebpf, pid: u32) {
-        self.detach_process(ebpf, pid);
+    fn forget(&mut self, probes: &mut Probes, pid: u32) {
+        self.detach_process(probes, pid);
         self.high_rate.remove(&pid);
         if let Some(map) = &mut self.procs_map {
             let _ = map.remove(&pid);
         }
     }
 
-    fn attach_process(&mut self, ebpf: &mut Ebpf, pid: u32) {
+    fn attach_process(&mut self, probes: &mut Probes, pid: u32) {
         if self.procs.len() >= self.settings.max_processes {
             self.report.plaintext_over_cap += 1;
             return;
         }
-        let files = self.scan(ebpf, pid);
+        let files = self.scan(probes, pid);
         let mut fds = Vec::new();
         let mut errors = Vec::new();
         for m in files {
@@ -434,27 +401,31 @@ impl TlsProbes {
                     }
                 };
                 let mut ids = Vec::new();
-                for hook in hooks(file.image.library, true) {
+                for hook in sites(file.image.library, Feature::TlsPlaintext) {
                     let Some(offset) = file.image.offset(hook.symbol) else {
                         continue;
                     };
-                    let ret = hook.program.ends_with("_ret");
-                    let defined = uprobe(ebpf, hook.program).and_then(|p| {
-                        let fd = p.fd().map_err(|e| format!("{}: {e}", hook.program))?;
-                        self.events.define(
-                            &path,
-                            offset,
-                            ret,
-                            fd.as_fd(),
-                            u64::from(file.image.library),
-                        )
-                    });
+                    let defined = probes
+                        .uprobe_fd(hook.program)
+                        .map_err(|e| chain(&e))
+                        .and_then(|fd| {
+                            self.events.define(
+                                &path,
+                                offset,
+                                hook.ret,
+                                fd.as_fd(),
+                                u64::from(file.image.library),
+                            )
+                        });
+                    let defined =
+                        defined.map_err(|e| format!("{} at {}: {e}", hook.program, hook.symbol));
+                    probes.note_external(
+                        hook.program,
+                        defined.as_ref().map(|_| ()).map_err(Clone::clone),
+                    );
                     match defined {
                         Ok(id) => ids.push(id),
-                        Err(e) => errors.push((
-                            file.report,
-                            format!("{} at {}: {e}", hook.program, hook.symbol),
-                        )),
+                        Err(e) => errors.push((file.report, e)),
                     }
                 }
                 file.plaintext = Some(ids);
@@ -492,14 +463,14 @@ impl TlsProbes {
     }
 
     /// A busy process keeps no per-call probes (until it execs or exits).
-    fn fall_back(&mut self, ebpf: &mut Ebpf, pid: u32) {
-        self.detach_process(ebpf, pid);
+    fn fall_back(&mut self, probes: &mut Probes, pid: u32) {
+        self.detach_process(probes, pid);
         self.high_rate.insert(pid);
         self.report.plaintext_fell_back += 1;
     }
 
     /// Takes the process's probes off (closing its perf events).
-    fn detach_process(&mut self, _ebpf: &mut Ebpf, pid: u32) {
+    fn detach_process(&mut self, _probes: &mut Probes, pid: u32) {
         if self.procs.remove(&pid).is_some() {
             self.report.plaintext_processes = self.procs.len();
         }
@@ -513,10 +484,7 @@ impl TlsProbes {
     }
 
     /// Periodic work: exec scans due, call rates, the full rescan.
-    pub fn tick(&mut self, ebpf: &mut Ebpf) {
-        if !self.usable() {
-            return;
-        }
+    pub fn tick(&mut self, probes: &mut Probes) {
         let now = Instant::now();
         let due: Vec<u32> = self
             .scans
@@ -526,7 +494,7 @@ impl TlsProbes {
             .collect();
         self.scans.retain(|(t, _)| *t > now);
         for pid in due {
-            self.scan(ebpf, pid);
+            self.scan(probes, pid);
         }
         if now.duration_since(self.last_rate_check) >= RATE_CHECK {
             self.last_rate_check = now;
@@ -549,49 +517,25 @@ impl TlsProbes {
                 tracing::info!(
                     "TLS: pid {pid} makes {rate:.0} plaintext calls/s; its TLS times come from the socket now"
                 );
-                self.fall_back(ebpf, pid);
+                self.fall_back(probes, pid);
             }
         }
         if now.duration_since(self.last_full_scan) >= FULL_SCAN {
-            self.scan_all(ebpf);
+            self.scan_all(probes);
         }
     }
 
     /// Runs until Stop; gives the eBPF object back for the shutdown.
-    pub fn run(mut self, mut ebpf: Ebpf, rx: Receiver<Command>) -> (Ebpf, TlsReport) {
+    pub fn run(mut self, mut probes: Probes, rx: Receiver<Command>) -> (Probes, TlsReport) {
         loop {
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(cmd) => self.handle(&mut ebpf, cmd),
+                Ok(cmd) => self.handle(&mut probes, cmd),
                 Err(RecvTimeoutError::Timeout) => {}
             }
-            self.tick(&mut ebpf);
+            self.tick(&mut probes);
         }
-        (ebpf, self.report)
-    }
-
-    /// One line for `ready`.
-    pub fn summary(&self) -> String {
-        if let Some(e) = &self.report.programs_error {
-            return format!("TLS off ({e})");
-        }
-        let libs: Vec<String> = self
-            .report
-            .files
-            .iter()
-            .map(|f| format!("{} {}", f.library, f.path))
-            .collect();
-        format!(
-            "TLS: {} librar{} probed [{}], plaintext probes {}",
-            libs.len(),
-            if libs.len() == 1 { "y" } else { "ies" },
-            libs.join(", "),
-            match self.settings.policy {
-                Policy::Off => "off",
-                Policy::Auto => "auto",
-                Policy::All => "all",
-            }
-        )
+        (probes, self.report)
     }
 }
 
@@ -601,27 +545,21 @@ fn same_file(path: &Path, id: FileId) -> bool {
 }
 
 fn attach(
-    ebpf: &mut Ebpf,
-    hook: &Hook,
+    probes: &mut Probes,
+    hook: &UprobeSite,
     path: &Path,
     offset: u64,
     lib: u8,
     scope: UProbeScope,
 ) -> Result<UProbeLinkId, String> {
-    let p = uprobe(ebpf, hook.program)?;
-    let point = UProbeAttachPoint {
-        location: UProbeAttachLocation::AbsoluteOffset(offset),
-        cookie: Some(u64::from(lib)),
-    };
-    p.attach(point, path, scope).map_err(|e| {
-        let cause = std::error::Error::source(&e)
-            .map(|c| format!(": {c}"))
-            .unwrap_or_default();
-        format!(
-            "{} at {} in {}: {e}{cause}",
+    probes
+        .attach_uprobe(
             hook.program,
             hook.symbol,
-            path.display()
+            Some(offset),
+            path,
+            Some(u64::from(lib)),
+            scope,
         )
-    })
+        .map_err(|e| chain(&e))
 }

@@ -2,14 +2,11 @@
 //! object of connection records. The kernel side is observer-ebpf's
 //! `tls_calls`, `libssl`, `libgnutls` and `tls_state`.
 
-pub mod elf;
-mod hooks;
 pub mod manager;
-pub mod procmaps;
 mod record;
 mod report;
 pub mod uprobe_events;
 
-pub use manager::{Command, TlsProbes};
+pub use manager::{Command, OnCLibrary, TlsProbes};
 pub use record::{TlsRecord, TtfbSource};
 pub use report::{Policy, Settings, TlsFileReport, TlsReport};

@@ -46,17 +46,6 @@ pub struct TlsReport {
     pub maps_unreadable: u64,
     /// Files that could not be opened or parsed.
     pub files_unreadable: u64,
-    /// C libraries other than the system's (musl, a container's own glibc)
-    /// found in processes' maps, and their resolver probes.
-    pub resolver_files: Vec<ResolverFileReport>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ResolverFileReport {
-    pub path: String,
-    /// The resolver functions probed for all processes.
-    pub probed: Vec<&'static str>,
-    pub error: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -55,6 +55,16 @@ fn errno(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
+/// Whether this process may define uprobe events (root owns the file).
+pub fn writable(tracefs: &Path) -> Result<(), String> {
+    let path = tracefs.join("uprobe_events");
+    OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .map(|_| ())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 impl UprobeEvents {
     /// Events go in group `observer_<pid>`; groups left by observers that
     /// died without cleaning up are removed.

@@ -1,0 +1,382 @@
+//! The owner of the observer's life before it runs: prepare (privileges,
+//! tracefs, the object), attach (the program table, feature by feature),
+//! and the one rule that says whether it can run. `watch`, `run` and
+//! `doctor` all start here, so doctor's verdict is the daemon's.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use serde::Serialize;
+
+use crate::{
+    btf::KernelOffsets,
+    dns::{self, DnsReport, ResolverFileReport},
+    ebpf::{self, LoadError, LoadOptions, Probes, ProgramState},
+    gpu,
+    privileges::Privileges,
+    programs::{self, Feature, Program},
+    tls::{self, TlsProbes, TlsReport},
+    tracefs,
+};
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub load: LoadOptions,
+    pub tls: tls::Settings,
+    pub dns_wire: bool,
+    pub nvml_lib: Option<String>,
+}
+
+/// A feature's state, as `ready`, the summary and `doctor` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "detail", rename_all = "lowercase")]
+pub enum State {
+    On(String),
+    /// Working in part: what is missing and why.
+    Degraded(String),
+    /// Not working: why (the missing capability, file or flag).
+    Off(String),
+}
+
+impl State {
+    pub fn word(&self) -> &'static str {
+        match self {
+            State::On(_) => "on",
+            State::Degraded(_) => "degraded",
+            State::Off(_) => "off",
+        }
+    }
+
+    pub fn detail(&self) -> &str {
+        match self {
+            State::On(d) | State::Degraded(d) | State::Off(d) => d,
+        }
+    }
+}
+
+/// Every feature's state, in `Feature::ALL` order.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(transparent)]
+pub struct Features(pub Vec<(Feature, State)>);
+
+impl Features {
+    pub fn get(&self, f: Feature) -> Option<&State> {
+        self.0.iter().find(|(x, _)| *x == f).map(|(_, s)| s)
+    }
+
+    /// "connections: on (9/9 programs attached); TLS handshakes: ..."
+    pub fn line(&self) -> String {
+        self.0
+            .iter()
+            .map(|(f, s)| format!("{}: {} ({})", f.label(), s.word(), s.detail()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// "connections on, TLS handshakes degraded, ..."
+    pub fn words(&self) -> String {
+        self.0
+            .iter()
+            .map(|(f, s)| format!("{} {}", f.label(), s.word()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The observer, prepared and attached, not yet running.
+pub struct Observer {
+    pub probes: Probes,
+    pub tls: TlsProbes,
+    pub dns: DnsReport,
+    /// C libraries the discovery handed to DNS (filled while running too).
+    pub resolver_files: Arc<Mutex<Vec<ResolverFileReport>>>,
+    pub gpus: Result<gpu::Gpus, String>,
+    pub tracefs: PathBuf,
+    pub offsets: Result<KernelOffsets, String>,
+    pub emit_at_destroy: bool,
+    pub options: Options,
+}
+
+impl Observer {
+    /// Everything before running. Fails only when nothing could be tried
+    /// (privileges, tracefs, the object); a program that fails is recorded
+    /// and the rest still attach, so `doctor` can list them all. Whether the
+    /// observer may run is [`Observer::verdict`].
+    pub fn start(options: Options) -> Result<Observer, LoadError> {
+        if !Privileges::current().sufficient() {
+            return Err(LoadError::NotPrivileged);
+        }
+        let tracefs = tracefs::find_or_mount()?;
+        let loaded = ebpf::load(&options.load, &tracefs)?;
+        let mut probes = Probes::new(loaded.ebpf);
+        for p in programs::of(Feature::Connections) {
+            if let Err(e) = probes.attach_tracepoint(p.name, &tracefs) {
+                tracing::warn!(program = p.name, "lost: {}: {}", p.gives, ebpf::chain(&e));
+            }
+        }
+        let dns = dns::attach(&mut probes, options.dns_wire);
+        let resolver_files = Arc::new(Mutex::new(Vec::new()));
+        let found = Arc::clone(&resolver_files);
+        let mut tls = TlsProbes::new(
+            &mut probes,
+            options.tls,
+            Path::new("/proc"),
+            &tracefs,
+            Box::new(move |probes, path, shown| {
+                let r = dns::attach_resolver_file(probes, path, shown);
+                if let Ok(mut f) = found.lock() {
+                    f.push(r);
+                }
+            }),
+        );
+        tls.discover(&mut probes);
+        let gpus = gpu::Gpus::open(options.nvml_lib.as_deref()).map_err(|e| e.to_string());
+        Ok(Observer {
+            probes,
+            tls,
+            dns,
+            resolver_files,
+            gpus,
+            tracefs,
+            offsets: loaded.offsets,
+            emit_at_destroy: loaded.emit_at_destroy,
+            options,
+        })
+    }
+
+    /// The one rule: every required program attached. Once records wait for
+    /// tcp_destroy_sock (the kernel has it), that one is required too.
+    pub fn verdict(&self) -> Result<(), LoadError> {
+        verdict(&self.probes, self.emit_at_destroy)
+    }
+
+    /// Every feature's state now.
+    pub fn features(&self) -> Features {
+        let view = View {
+            probes: &self.probes,
+            tls: &self.tls.report,
+            dns: &self.dns_report(),
+            gpus: self.gpus.as_ref().map(gpu::Gpus::device_count),
+            options: &self.options,
+            emit_at_destroy: self.emit_at_destroy,
+            tracefs: &self.tracefs,
+        };
+        view.features()
+    }
+
+    /// The DNS report with the C libraries found so far.
+    pub fn dns_report(&self) -> DnsReport {
+        let mut d = self.dns.clone();
+        d.resolver_files = self
+            .resolver_files
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default();
+        d
+    }
+
+    /// The line `watch` and `run` print once every probe is attached.
+    pub fn ready_line(&self) -> String {
+        format!(
+            "ready: observer pid {}, tracking up to {} connections; {}",
+            std::process::id(),
+            self.options.load.max_connections,
+            self.features().line()
+        )
+    }
+}
+
+/// Is a program required under this kernel's choices?
+pub fn required(p: &Program, emit_at_destroy: bool) -> bool {
+    p.required || (emit_at_destroy && p.name == "tcp_destroy_sock")
+}
+
+fn verdict(probes: &Probes, emit_at_destroy: bool) -> Result<(), LoadError> {
+    for (p, s) in probes.states() {
+        if required(p, emit_at_destroy) && s.attached == 0 {
+            return Err(LoadError::Required {
+                program: p.name,
+                gives: p.gives,
+                reason: s
+                    .errors
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "not attached".into()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What the feature states are computed from; also used for the summary,
+/// after the TLS manager has given everything back.
+pub struct View<'a> {
+    pub probes: &'a Probes,
+    pub tls: &'a TlsReport,
+    pub dns: &'a DnsReport,
+    /// Devices through NVML, or why not.
+    pub gpus: Result<u32, &'a String>,
+    pub options: &'a Options,
+    pub emit_at_destroy: bool,
+    pub tracefs: &'a Path,
+}
+
+impl View<'_> {
+    pub fn features(&self) -> Features {
+        Features(
+            Feature::ALL
+                .iter()
+                .map(|&f| {
+                    let s = match f {
+                        Feature::Connections => self.connections(),
+                        Feature::TlsHandshakes => self.tls_handshakes(),
+                        Feature::TlsPlaintext => self.tls_plaintext(),
+                        Feature::DnsLibrary => self.dns_library(),
+                        Feature::DnsWire => match (&self.dns.wire_probed, &self.dns.wire_error) {
+                            (Some(w), _) => State::On(w.clone()),
+                            (None, e) => State::Off(e.clone().unwrap_or_default()),
+                        },
+                        Feature::Gpu => match &self.gpus {
+                            Ok(n) => State::On(format!("{n} devices (NVML)")),
+                            Err(e) => State::Off((*e).clone()),
+                        },
+                    };
+                    (f, s)
+                })
+                .collect(),
+        )
+    }
+
+    fn rows(&self, f: Feature) -> Vec<(&'static Program, ProgramState)> {
+        self.probes
+            .states()
+            .into_iter()
+            .filter(|(p, _)| p.feature == f)
+            .collect()
+    }
+
+    fn connections(&self) -> State {
+        let rows = self.rows(Feature::Connections);
+        let attached = rows.iter().filter(|(_, s)| s.attached > 0).count();
+        let missing: Vec<String> = rows
+            .iter()
+            .filter(|(_, s)| s.attached == 0)
+            .map(|(p, s)| {
+                format!(
+                    "{} lost: {}",
+                    p.name,
+                    s.errors.first().map_or("not attached", String::as_str)
+                )
+            })
+            .collect();
+        let counts = format!("{attached}/{} programs attached", rows.len());
+        if let Err(e) = verdict(self.probes, self.emit_at_destroy) {
+            State::Off(e.to_string())
+        } else if missing.is_empty() {
+            State::On(counts)
+        } else {
+            State::Degraded(format!("{counts}; {}", missing.join("; ")))
+        }
+    }
+
+    fn tls_handshakes(&self) -> State {
+        if let Some(e) = &self.tls.programs_error {
+            return State::Off(e.clone());
+        }
+        let probed: Vec<String> = self
+            .tls
+            .files
+            .iter()
+            .filter(|f| f.probes > 0)
+            .map(|f| format!("{} {}", f.library, f.path))
+            .collect();
+        let first_error = self.tls.files.iter().flat_map(|f| &f.errors).next();
+        match (probed.is_empty(), first_error) {
+            (true, None) => State::On(
+                "no OpenSSL, BoringSSL or GnuTLS library found yet; those found later are probed"
+                    .into(),
+            ),
+            (true, Some(e)) => State::Off(format!(
+                "every probe on {} TLS libraries failed: {e}",
+                self.tls.files.len()
+            )),
+            (false, Some(e)) => State::Degraded(format!(
+                "{} attach errors ({e}); probed: {}",
+                self.tls.attach_errors,
+                probed.join(", ")
+            )),
+            (false, None) => State::On(probed.join(", ")),
+        }
+    }
+
+    fn tls_plaintext(&self) -> State {
+        let policy = self.options.tls.policy;
+        if policy == tls::Policy::Off {
+            return State::Off("--tls-plaintext-probes off".into());
+        }
+        match self.tls_handshakes() {
+            State::Off(e) => return State::Off(format!("no TLS probes: {e}")),
+            State::On(_) | State::Degraded(_) => {}
+        }
+        let rows = self.rows(Feature::TlsPlaintext);
+        let attached: u64 = rows.iter().map(|(_, s)| s.attached).sum();
+        let failed = rows.iter().find_map(|(_, s)| s.errors.first());
+        let how = match policy {
+            tls::Policy::All => "all processes".to_owned(),
+            _ => format!(
+                "auto: per process from its first TLS session, under {} calls/s",
+                self.options.tls.max_rate
+            ),
+        };
+        match (attached, failed) {
+            (0, Some(e)) => State::Off(format!("per-call probes failed: {e}")),
+            (_, Some(e)) => State::Degraded(format!("{how}; some per-call probes failed: {e}")),
+            (_, None) => match tls::uprobe_events::writable(self.tracefs) {
+                Err(e) if policy == tls::Policy::Auto => State::Off(format!(
+                    "per-process probes need write access to uprobe_events: {e}; TLS times come from the socket"
+                )),
+                _ => State::On(how),
+            },
+        }
+    }
+
+    fn dns_library(&self) -> State {
+        let mut failed: Vec<String> = self
+            .dns
+            .resolver_files
+            .iter()
+            .filter_map(|f| f.error.as_ref().map(|e| format!("not in {}: {e}", f.path)))
+            .collect();
+        let also: Vec<String> = self
+            .dns
+            .resolver_files
+            .iter()
+            .filter(|f| f.error.is_none())
+            .map(|f| format!("also {} in {}", f.probed.join(", "), f.path))
+            .collect();
+        match (&self.dns.probed, &self.dns.error) {
+            (Some(p), _) => {
+                let all = programs::uprobe_sites(Feature::DnsLibrary, programs::Library::Libc)
+                    .iter()
+                    .all(|s| p.contains(s.symbol));
+                if !all {
+                    failed.insert(0, "not every resolver function probed".into());
+                }
+                let mut detail = p.clone();
+                for a in also {
+                    detail.push_str("; ");
+                    detail.push_str(&a);
+                }
+                if failed.is_empty() {
+                    State::On(detail)
+                } else {
+                    State::Degraded(format!("{detail}; {}", failed.join("; ")))
+                }
+            }
+            (None, e) => State::Off(e.clone().unwrap_or_default()),
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! The pipeline `watch` and `run` share: ring buffer -> decode -> correlate
+//! (connection, DNS and process state) -> sinks (terminal, OTLP exporter,
+//! metrics). Stages are joined by bounded channels; the reader never blocks
+//! (try_send) and what a full channel refuses is counted.
+
+use std::{
+    io::Write,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use aya::maps::{MapData, RingBuf};
+use observer_common::{Counter, POLL_INTERVAL_MS};
+use tokio::{
+    io::unix::AsyncFd,
+    sync::{mpsc, watch},
+};
+
+use crate::{
+    clock::{monotonic_ns, Clock},
+    conntrack::ConnTable,
+    decode::{decode, Event},
+    ebpf::{self, KernelConnMap},
+    export::{
+        attrs,
+        metrics::Metrics,
+        otlp::{ExportStats, Exporter, Sampling},
+        prometheus,
+        spans::Traced,
+    },
+    filter::Filter,
+    gpu,
+    output::{self, Format},
+    process::ProcessCache,
+    record::{ConnRecord, State},
+    stats::Stats,
+    tls,
+    watch::ExportSetup,
+};
+
+/// Batches of decoded events between reader and correlator.
+pub(crate) const EVENT_CHANNEL_BATCHES: usize = 4096;
+const MAX_BATCH: usize = 1024;
+/// Records waiting for the output thread.
+pub(crate) const OUTPUT_CHANNEL: usize = 65_536;
+
+/// A lookup no connection followed within this is traced on its own (a
+/// connection that comes later still shows it as its child span).
+const UNUSED_LOOKUP_GRACE_NS: u64 = 5_000_000_000;
+
+/// Records waiting for the OTLP exporter.
+const EXPORT_QUEUE: usize = 8192;
+
+/// Drains the ring buffer on a short timer, and at once when the kernel wakes
+/// us (the ring is filling); on stop, drains it once more and returns
+/// (dropping the sender ends the correlator).
+pub(crate) async fn read_ring(
+    mut ring: AsyncFd<RingBuf<MapData>>,
+    tx: mpsc::Sender<Vec<Event>>,
+    mut stop: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+) -> anyhow::Result<()> {
+    let mut poll = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = poll.tick() => drain(ring.get_mut(), &tx, &stats),
+            guard = ring.readable_mut() => {
+                let mut guard = guard.context("polling the ring buffer")?;
+                drain(guard.get_inner_mut(), &tx, &stats);
+                guard.clear_ready();
+            }
+            _ = stop.changed() => {
+                drain(ring.get_mut(), &tx, &stats);
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Event>>, stats: &Stats) {
+    let mut batch = Vec::with_capacity(64);
+    while let Some(item) = ring.next() {
+        Stats::add(&stats.events, 1);
+        match decode(&item) {
+            Ok(ev) => batch.push(ev),
+            Err(e) => {
+                Stats::add(&stats.decode_errors, 1);
+                tracing::debug!("undecodable record: {e}");
+            }
+        }
+        if batch.len() >= MAX_BATCH {
+            send(tx, std::mem::take(&mut batch), stats);
+        }
+    }
+    if !batch.is_empty() {
+        send(tx, batch, stats);
+    }
+}
+
+fn send(tx: &mpsc::Sender<Vec<Event>>, batch: Vec<Event>, stats: &Stats) {
+    if let Err(e) = tx.try_send(batch) {
+        let n = match e {
+            mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b) => b.len(),
+        };
+        Stats::add(&stats.channel_full, n as u64);
+    }
+}
+
+/// What the correlator counted, for the summary.
+pub(crate) struct CorrelatorEnd {
+    pub(crate) evicted: u64,
+    pub(crate) proc_unreadable: u64,
+    /// Entries left in CONNS at stop (open connections, or leaks).
+    pub(crate) kernel_tracked: u64,
+    pub(crate) dns_malformed: u64,
+    pub(crate) dns_in_flight: u64,
+    pub(crate) dns_overflow: u64,
+}
+
+/// Where finished records go.
+pub(crate) struct Sinks {
+    /// The output thread (watch, or run --print).
+    pub(crate) out: Option<mpsc::Sender<output::Line>>,
+    /// The OTLP exporter's queue.
+    pub(crate) export: Option<mpsc::Sender<Traced>>,
+    /// Histograms and counters (Prometheus, OTLP metrics).
+    pub(crate) metrics: Option<Arc<Mutex<Metrics>>>,
+    /// GPU samples, joined to the records of processes that use a GPU.
+    pub(crate) gpu: Option<Arc<Mutex<gpu::History>>>,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn correlate(
+    mut rx: mpsc::Receiver<Vec<Event>>,
+    sinks: Sinks,
+    conns: KernelConnMap,
+    tls_tx: std::sync::mpsc::SyncSender<tls::Command>,
+    filter: Filter,
+    update_interval: Duration,
+    stats: Arc<Stats>,
+    counters: Arc<ebpf::KernelCounters>,
+) -> CorrelatorEnd {
+    let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let emit = |mut r: ConnRecord| {
+        if !filter.matches(&r) {
+            Stats::add(&stats.filtered, 1);
+            return;
+        }
+        if let (Some(h), Some(pid)) = (&sinks.gpu, r.pid) {
+            let end = r.end_unix_ns.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+            });
+            if let Ok(h) = h.lock() {
+                r.gpu = h.join(pid, r.start_unix_ns, end);
+            }
+        }
+        let counter = match r.state {
+            State::Closed => &stats.closed,
+            State::Open => &stats.open,
+        };
+        Stats::add(counter, 1);
+        if r.state == State::Closed {
+            if let Some(m) = &sinks.metrics {
+                if let Ok(mut m) = m.lock() {
+                    m.record(&r);
+                }
+            }
+            if let Some(tx) = &sinks.export {
+                if tx.try_send(Traced::Conn(r.clone())).is_err() {
+                    Stats::add(&stats.export_full, 1);
+                }
+            }
+        }
+        if let Some(out) = &sinks.out {
+            if out.try_send(output::Line::Conn(r)).is_err() {
+                Stats::add(&stats.output_full, 1);
+            }
+        }
+    };
+    let emit_dns = |r: crate::dns::DnsRecord| {
+        if let Some(m) = &sinks.metrics {
+            if let Ok(mut m) = m.lock() {
+                m.record_dns(&r);
+            }
+        }
+        if !filter.matches_dns(&r) {
+            Stats::add(&stats.filtered, 1);
+            return;
+        }
+        Stats::add(&stats.dns, 1);
+        if let Some(out) = &sinks.out {
+            if out.try_send(output::Line::Dns(r)).is_err() {
+                Stats::add(&stats.output_full, 1);
+            }
+        }
+    };
+    // Lookups no connection followed: traces of their own.
+    let export_unused = |rs: Vec<crate::dns::DnsRecord>| {
+        let Some(tx) = &sinks.export else { return };
+        for r in rs.into_iter().filter(|r| filter.matches_dns(r)) {
+            if tx.try_send(Traced::Dns(r)).is_err() {
+                Stats::add(&stats.export_full, 1);
+            }
+        }
+    };
+    loop {
+        tokio::select! {
+            batch = rx.recv() => {
+                let Some(batch) = batch else { break };
+                for ev in batch {
+                    let cmd = match ev {
+                        Event::TlsProcess { pid, .. } => Some(tls::Command::TlsProcess(pid)),
+                        Event::TlsBusy { pid, calls } => Some(tls::Command::Busy(pid, calls)),
+                        Event::Exec { pid, .. } => Some(tls::Command::Exec(pid)),
+                        Event::Exit { pid } => Some(tls::Command::Exit(pid)),
+                        _ => None,
+                    };
+                    if let Some(cmd) = cmd {
+                        if let Err(std::sync::mpsc::TrySendError::Full(_)) = tls_tx.try_send(cmd) {
+                            Stats::add(&stats.tls_commands_full, 1);
+                        }
+                    }
+                    if let Some(r) = table.handle(ev) {
+                        emit(r);
+                    }
+                    for d in table.dns_out.drain(..) {
+                        emit_dns(d);
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                table.set_clock(Clock::sample());
+                stats.dns_overflow.store(table.wire.overflow, std::sync::atomic::Ordering::Relaxed);
+                let now = Clock::sample().to_unix_ns(monotonic_ns());
+                export_unused(table.unused_lookups(now, UNUSED_LOOKUP_GRACE_NS));
+                for d in table.dns_out.drain(..) {
+                    emit_dns(d);
+                }
+                if let Some(m) = &sinks.metrics {
+                    health(m, &stats, &counters);
+                    if let Some(h) = &sinks.gpu {
+                        let latest = h.lock().map(|h| h.latest()).unwrap_or_default();
+                        if let Ok(mut m) = m.lock() {
+                            crate::export::metrics::gpu_gauges(&mut m, &latest);
+                        }
+                    }
+                }
+                if !update_interval.is_zero() {
+                    let interval = update_interval.as_nanos() as u64;
+                    for r in table.periodic(&conns, monotonic_ns(), interval) {
+                        emit(r);
+                    }
+                }
+            }
+        }
+    }
+    for r in table.drain_open(&conns) {
+        emit(r);
+    }
+    export_unused(table.unused_lookups(u64::MAX, 0));
+    CorrelatorEnd {
+        evicted: table.evicted,
+        proc_unreadable: table.proc_unreadable(),
+        kernel_tracked: conns.conns.keys().count() as u64,
+        dns_malformed: table.wire.malformed,
+        dns_in_flight: table.wire.pending_len() as u64,
+        dns_overflow: table.wire.overflow,
+    }
+}
+
+/// How long the exporter may take for its last export at stop.
+pub(crate) const EXPORT_FLUSH: Duration = Duration::from_secs(10);
+
+pub(crate) type ExportParts = (
+    (Option<mpsc::Sender<Traced>>, Arc<Mutex<Metrics>>),
+    Option<tokio::task::JoinHandle<()>>,
+    Arc<ExportStats>,
+    Option<tokio::task::JoinHandle<()>>,
+);
+
+/// Metrics, the Prometheus endpoint (bound before `ready`, so a taken port is
+/// an error at once) and the OTLP exporter task.
+pub(crate) async fn start_export(
+    e: ExportSetup,
+    probes_attached: u64,
+) -> anyhow::Result<ExportParts> {
+    let s = e.settings;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let metrics = Arc::new(Mutex::new(Metrics::new(s.max_series, now)));
+    if let Ok(mut m) = metrics.lock() {
+        m.set_gauge(
+            crate::export::metrics::PROBES,
+            Vec::new(),
+            probes_attached as f64,
+        );
+    }
+    let prometheus = match s.prometheus_listen {
+        Some(addr) => {
+            let l = prometheus::bind(addr).await?;
+            Some(tokio::spawn(prometheus::serve(l, Arc::clone(&metrics))))
+        }
+        None => None,
+    };
+    let stats = Arc::new(ExportStats::default());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    let mut resource = vec![
+        attrs::s("service.name", "observer"),
+        attrs::s("host.name", host.clone()),
+    ];
+    for (k, v) in &s.resource {
+        resource.retain(|a| &a.key != k);
+        resource.push(attrs::s(k, v.clone()));
+    }
+    let (tx, task) = if s.otlp.traces.is_some() || s.otlp.metrics.is_some() {
+        let (tx, rx) = mpsc::channel::<Traced>(EXPORT_QUEUE);
+        let exporter = Exporter {
+            config: s.otlp.clone(),
+            sampling: Sampling {
+                ratio: s.sample_ratio,
+                slow: s.slow_threshold,
+            },
+            host,
+            service_name: s.service_name.clone(),
+            resource,
+            metrics: Arc::clone(&metrics),
+            stats: Arc::clone(&stats),
+        };
+        (Some(tx), Some(tokio::spawn(exporter.run(rx))))
+    } else {
+        (None, None)
+    };
+    Ok(((tx, metrics), task, stats, prometheus))
+}
+
+/// The observer's own loss counters as `observer.events.dropped` by stage.
+fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &ebpf::KernelCounters) {
+    use crate::export::metrics::DROPPED;
+    let kernel = counters.get(Counter::RingFull) + counters.get(Counter::ConnInsertFailed);
+    let stages = [
+        ("kernel", kernel),
+        ("channel", Stats::get(&stats.channel_full)),
+        ("output", Stats::get(&stats.output_full)),
+        ("exporter", Stats::get(&stats.export_full)),
+        ("dns", Stats::get(&stats.dns_overflow)),
+    ];
+    if let Ok(mut m) = m.lock() {
+        for (stage, v) in stages {
+            m.set_counter(DROPPED, vec![("stage", stage.into())], v);
+        }
+    }
+}
+
+pub(crate) fn write_output(
+    mut rx: mpsc::Receiver<output::Line>,
+    format: Format,
+) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    if format == Format::Text {
+        writeln!(w, "{}", output::HEADER)?;
+        w.flush()?;
+    }
+    // A plain thread: blocking_recv parks it until records come.
+    while let Some(r) = rx.blocking_recv() {
+        output::write_line(&mut w, &r, format)?;
+        // Flush when the queue is empty so lines show up at once, but batch
+        // writes under load.
+        while let Ok(r) = rx.try_recv() {
+            output::write_line(&mut w, &r, format)?;
+        }
+        w.flush()?;
+    }
+    w.flush()
+}

@@ -1,0 +1,516 @@
+//! Every eBPF program of the object, in one table: what it hooks, the
+//! feature it serves, and whether the observer can run without it. The
+//! loader, the TLS and DNS probe owners, `doctor`, the `ready` line, the
+//! summary and the detach test all read this table; a unit test checks that
+//! it lists exactly the programs the built object holds.
+
+use observer_common::tracepoints::{self, Layout};
+use serde::Serialize;
+
+/// What the observer gives, each on or off on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// Connection records: lifecycle, bytes, time to first byte, errors.
+    Connections,
+    /// TLS handshakes and server names, for every process (library uprobes).
+    TlsHandshakes,
+    /// TLS time to first byte from the library's plaintext calls (per-process
+    /// uprobes; without them TLS times come from the socket).
+    TlsPlaintext,
+    /// Name lookups through the C library (resolver uprobes).
+    DnsLibrary,
+    /// Name lookups on the wire (port 53, cgroup programs).
+    DnsWire,
+    /// GPU state through NVML (no eBPF program).
+    Gpu,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 6] = [
+        Feature::Connections,
+        Feature::TlsHandshakes,
+        Feature::TlsPlaintext,
+        Feature::DnsLibrary,
+        Feature::DnsWire,
+        Feature::Gpu,
+    ];
+
+    /// As the `ready` line and `doctor` name it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Feature::Connections => "connections",
+            Feature::TlsHandshakes => "TLS handshakes",
+            Feature::TlsPlaintext => "TLS plaintext timing",
+            Feature::DnsLibrary => "DNS library",
+            Feature::DnsWire => "DNS wire",
+            Feature::Gpu => "GPU",
+        }
+    }
+}
+
+/// A kind of library whose functions a uprobe program goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Library {
+    /// OpenSSL and BoringSSL (libssl, or a binary that carries it).
+    OpenSsl,
+    GnuTls,
+    /// A C library's resolver (glibc, musl).
+    Libc,
+}
+
+/// Which way a cgroup_skb program sees packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Egress,
+    Ingress,
+}
+
+/// How a program attaches.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Hook {
+    /// A classic tracepoint: the program reads the trace record's fields.
+    TracePoint {
+        #[serde(serialize_with = "layout_name")]
+        layout: Layout,
+    },
+    /// A raw tracepoint: the program gets the tracepoint's arguments, and the
+    /// kernel skips building the record (cheaper on hot paths).
+    RawTracePoint {
+        #[serde(serialize_with = "layout_name")]
+        layout: Layout,
+    },
+    /// A uprobe (or, with `ret`, a uretprobe) on each of these functions.
+    UProbe {
+        ret: bool,
+        functions: &'static [(Library, &'static str)],
+    },
+    /// On the root cgroup v2, seeing every socket's packets one way.
+    CgroupSkb { direction: Direction },
+    /// On the root cgroup v2, at every socket's release.
+    CgroupSockRelease,
+}
+
+fn layout_name<S: serde::Serializer>(l: &Layout, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{}:{}", l.category, l.name))
+}
+
+impl Hook {
+    /// Where it goes, for `doctor`: e.g. "sock:inet_sock_set_state",
+    /// "SSL_read, gnutls_record_recv (return)".
+    pub fn target(&self) -> String {
+        match self {
+            Hook::TracePoint { layout } => format!("{}:{}", layout.category, layout.name),
+            Hook::RawTracePoint { layout } => {
+                format!("{}:{} (raw)", layout.category, layout.name)
+            }
+            Hook::UProbe { ret, functions } => {
+                let names: Vec<&str> = functions.iter().map(|(_, f)| *f).collect();
+                let ret = if *ret { " (return)" } else { "" };
+                format!("{}{ret}", names.join(", "))
+            }
+            Hook::CgroupSkb { direction } => format!("cgroup_skb {direction:?}").to_lowercase(),
+            Hook::CgroupSockRelease => "cgroup sock_release".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Program {
+    /// The function's name in the eBPF object.
+    pub name: &'static str,
+    pub hook: Hook,
+    pub feature: Feature,
+    /// Without it the observer does not start (doctor's verdict: not ok).
+    pub required: bool,
+    /// What it gives, i.e. what is lost without it.
+    pub gives: &'static str,
+}
+
+const fn tp(name: &'static str, layout: Layout, required: bool, gives: &'static str) -> Program {
+    Program {
+        name,
+        hook: Hook::TracePoint { layout },
+        feature: Feature::Connections,
+        required,
+        gives,
+    }
+}
+
+const fn raw(name: &'static str, layout: Layout, gives: &'static str) -> Program {
+    Program {
+        name,
+        hook: Hook::RawTracePoint { layout },
+        feature: Feature::Connections,
+        required: false,
+        gives,
+    }
+}
+
+const fn up(
+    name: &'static str,
+    ret: bool,
+    feature: Feature,
+    functions: &'static [(Library, &'static str)],
+    gives: &'static str,
+) -> Program {
+    Program {
+        name,
+        hook: Hook::UProbe { ret, functions },
+        feature,
+        required: false,
+        gives,
+    }
+}
+
+use Feature::{DnsLibrary, DnsWire, TlsHandshakes, TlsPlaintext};
+use Library::{GnuTls, Libc, OpenSsl};
+
+/// Each TLS handshake-path hit costs a trap (~5 us here) in every process, so
+/// only what must be seen from a session's start is on TLS libraries for all
+/// processes. Not SSL_free nor SSL_set_accept_state: on a busy server they
+/// were two more traps per connection, and a session reusing a freed one's
+/// pointer is recognised at its first handshake call instead (see
+/// observer-ebpf's tls_state). The plaintext read/write programs go on one
+/// process at a time (see tls::manager).
+pub const PROGRAMS: &[Program] = &[
+    tp(
+        "inet_sock_set_state",
+        tracepoints::inet_sock_set_state::LAYOUT,
+        true,
+        "connection lifecycle: every record, connect time, failures",
+    ),
+    raw(
+        "sock_send_length",
+        tracepoints::sock_send_length::LAYOUT,
+        "bytes sent, time to first byte, inbound process attribution",
+    ),
+    raw(
+        "sock_recv_length",
+        tracepoints::sock_recv_length::LAYOUT,
+        "bytes received, time to first byte, inbound process attribution",
+    ),
+    tp(
+        "tcp_retransmit_skb",
+        tracepoints::tcp_retransmit_skb::LAYOUT,
+        false,
+        "retransmit counts",
+    ),
+    tp(
+        "tcp_receive_reset",
+        tracepoints::tcp_receive_reset::LAYOUT,
+        false,
+        "\"refused\" and \"reset\" errors, resets received",
+    ),
+    tp(
+        "tcp_send_reset",
+        tracepoints::tcp_send_reset::LAYOUT,
+        false,
+        "resets sent",
+    ),
+    tp(
+        "tcp_destroy_sock",
+        tracepoints::tcp_destroy_sock::LAYOUT,
+        false,
+        "resets sent by an aborting close() (else records go out at CLOSE)",
+    ),
+    tp(
+        "sched_process_exec",
+        tracepoints::sched_process_exec::LAYOUT,
+        false,
+        "executables of short-lived processes, fresh names after exec, TLS probes at exec",
+    ),
+    tp(
+        "sched_process_exit",
+        tracepoints::sched_process_exit::LAYOUT,
+        false,
+        "process cache cleanup on exit (else bounded by size)",
+    ),
+    // TLS, for every process that maps a TLS library.
+    up(
+        "tls_handshake",
+        false,
+        TlsHandshakes,
+        &[(OpenSsl, "SSL_do_handshake"), (GnuTls, "gnutls_handshake")],
+        "handshake start",
+    ),
+    up(
+        "tls_handshake_ret",
+        true,
+        TlsHandshakes,
+        &[(OpenSsl, "SSL_do_handshake"), (GnuTls, "gnutls_handshake")],
+        "handshake end and result",
+    ),
+    up(
+        "ssl_session_begin",
+        false,
+        TlsHandshakes,
+        &[(OpenSsl, "SSL_set_connect_state")],
+        "clients that handshake inside SSL_read/SSL_write",
+    ),
+    up(
+        "ssl_ctrl",
+        false,
+        TlsHandshakes,
+        &[(OpenSsl, "SSL_ctrl")],
+        "server names set through SSL_ctrl",
+    ),
+    up(
+        "ssl_set_host_name",
+        false,
+        TlsHandshakes,
+        &[(OpenSsl, "SSL_set_tlsext_host_name")],
+        "server names (BoringSSL)",
+    ),
+    up(
+        "gnutls_server_name_set",
+        false,
+        TlsHandshakes,
+        &[(GnuTls, "gnutls_server_name_set")],
+        "server names (GnuTLS)",
+    ),
+    up(
+        "tls_free",
+        false,
+        TlsHandshakes,
+        &[(GnuTls, "gnutls_deinit")],
+        "session ends (GnuTLS)",
+    ),
+    // TLS plaintext calls, per process.
+    up(
+        "tls_read",
+        false,
+        TlsPlaintext,
+        &[(OpenSsl, "SSL_read"), (GnuTls, "gnutls_record_recv")],
+        "plaintext reads",
+    ),
+    up(
+        "ssl_read_ex",
+        false,
+        TlsPlaintext,
+        &[(OpenSsl, "SSL_read_ex")],
+        "plaintext reads (OpenSSL 3)",
+    ),
+    up(
+        "tls_write",
+        false,
+        TlsPlaintext,
+        &[(OpenSsl, "SSL_write"), (GnuTls, "gnutls_record_send")],
+        "plaintext writes",
+    ),
+    up(
+        "ssl_write_ex",
+        false,
+        TlsPlaintext,
+        &[(OpenSsl, "SSL_write_ex")],
+        "plaintext writes (OpenSSL 3)",
+    ),
+    up(
+        "tls_rw_ret",
+        true,
+        TlsPlaintext,
+        &[
+            (OpenSsl, "SSL_read"),
+            (OpenSsl, "SSL_read_ex"),
+            (OpenSsl, "SSL_write"),
+            (OpenSsl, "SSL_write_ex"),
+            (GnuTls, "gnutls_record_recv"),
+            (GnuTls, "gnutls_record_send"),
+        ],
+        "plaintext call results: bytes and first byte of the answer",
+    ),
+    // Resolver calls, for every process that maps a C library we know.
+    up(
+        "getaddrinfo",
+        false,
+        DnsLibrary,
+        &[(Libc, "getaddrinfo")],
+        "lookups through getaddrinfo",
+    ),
+    up(
+        "getaddrinfo_ret",
+        true,
+        DnsLibrary,
+        &[(Libc, "getaddrinfo")],
+        "getaddrinfo results",
+    ),
+    up(
+        "gethostbyname_r",
+        false,
+        DnsLibrary,
+        &[(Libc, "gethostbyname_r")],
+        "lookups through gethostbyname(_r)",
+    ),
+    up(
+        "gethostbyname_r_ret",
+        true,
+        DnsLibrary,
+        &[(Libc, "gethostbyname_r")],
+        "gethostbyname_r results",
+    ),
+    up(
+        "gethostbyname2_r",
+        false,
+        DnsLibrary,
+        &[(Libc, "gethostbyname2_r")],
+        "lookups through gethostbyname2(_r)",
+    ),
+    up(
+        "gethostbyname2_r_ret",
+        true,
+        DnsLibrary,
+        &[(Libc, "gethostbyname2_r")],
+        "gethostbyname2_r results",
+    ),
+    // DNS messages on the wire, for every socket of the host.
+    Program {
+        name: "dns_egress",
+        hook: Hook::CgroupSkb {
+            direction: Direction::Egress,
+        },
+        feature: DnsWire,
+        required: false,
+        gives: "queries sent to port 53, with the sending process",
+    },
+    Program {
+        name: "dns_ingress",
+        hook: Hook::CgroupSkb {
+            direction: Direction::Ingress,
+        },
+        feature: DnsWire,
+        required: false,
+        gives: "answers from port 53",
+    },
+    Program {
+        name: "dns_sock_release",
+        hook: Hook::CgroupSockRelease,
+        feature: DnsWire,
+        required: false,
+        gives: "unanswered queries end when their socket goes",
+    },
+];
+
+/// The table's rows of one feature.
+pub fn of(feature: Feature) -> impl Iterator<Item = &'static Program> {
+    PROGRAMS.iter().filter(move |p| p.feature == feature)
+}
+
+/// The row of a program by name.
+pub fn get(name: &str) -> Option<&'static Program> {
+    PROGRAMS.iter().find(|p| p.name == name)
+}
+
+/// One uprobe to place: a program on a function of a library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UprobeSite {
+    pub program: &'static str,
+    pub symbol: &'static str,
+    pub ret: bool,
+}
+
+/// The uprobes of `feature` that go on a library of kind `lib`, in table
+/// order.
+pub fn uprobe_sites(feature: Feature, lib: Library) -> Vec<UprobeSite> {
+    let mut sites = Vec::new();
+    for p in of(feature) {
+        if let Hook::UProbe { ret, functions } = p.hook {
+            for &(l, symbol) in functions {
+                if l == lib {
+                    sites.push(UprobeSite {
+                        program: p.name,
+                        symbol,
+                        ret,
+                    });
+                }
+            }
+        }
+    }
+    sites
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_program_of_the_object_is_in_the_table_once() {
+        let obj = aya_obj::Object::parse(crate::ebpf::OBJECT).expect("the built object parses");
+        let mut in_object: Vec<&str> = obj.programs.keys().map(String::as_str).collect();
+        in_object.sort_unstable();
+        let mut in_table: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
+        in_table.sort_unstable();
+        let n = in_table.len();
+        in_table.dedup();
+        assert_eq!(in_table.len(), n, "a program is listed twice");
+        assert_eq!(in_object, in_table);
+        assert!(in_table.len() >= 30, "{}", in_table.len());
+    }
+
+    #[test]
+    fn the_hook_kind_matches_the_objects_section() {
+        let obj = aya_obj::Object::parse(crate::ebpf::OBJECT).expect("the built object parses");
+        for p in PROGRAMS {
+            let section = &obj.programs[p.name].section;
+            use aya_obj::{
+                programs::{CgroupSkbAttachType, CgroupSockAttachType},
+                ProgramSection as S,
+            };
+            let ok = match (p.hook, section) {
+                (Hook::TracePoint { .. }, S::TracePoint) => true,
+                (Hook::RawTracePoint { .. }, S::RawTracePoint) => true,
+                (Hook::UProbe { ret, .. }, S::UProbe { .. }) => !ret,
+                (Hook::UProbe { ret, .. }, S::URetProbe { .. }) => ret,
+                (Hook::CgroupSkb { direction }, S::CgroupSkb { attach_type }) => matches!(
+                    (direction, attach_type),
+                    (Direction::Egress, Some(CgroupSkbAttachType::Egress))
+                        | (Direction::Ingress, Some(CgroupSkbAttachType::Ingress))
+                ),
+                (Hook::CgroupSockRelease, S::CgroupSock { attach_type }) => {
+                    matches!(attach_type, CgroupSockAttachType::SockRelease)
+                }
+                _ => false,
+            };
+            assert!(
+                ok,
+                "{}: table says {:?}, object {:?}",
+                p.name, p.hook, section
+            );
+        }
+    }
+
+    #[test]
+    fn only_connection_tracepoints_are_required() {
+        for p in PROGRAMS.iter().filter(|p| p.required) {
+            assert_eq!(p.feature, Feature::Connections, "{}", p.name);
+        }
+        assert!(get("inet_sock_set_state").is_some_and(|p| p.required));
+    }
+
+    #[test]
+    fn uprobe_sites_per_library() {
+        let openssl = uprobe_sites(TlsHandshakes, OpenSsl);
+        assert!(openssl.contains(&UprobeSite {
+            program: "tls_handshake_ret",
+            symbol: "SSL_do_handshake",
+            ret: true
+        }));
+        assert!(openssl.iter().all(|s| !s.symbol.starts_with("gnutls")));
+        // Plaintext hooks are read/write calls only: nothing the handshake
+        // path needs is left to a per-process probe.
+        for lib in [OpenSsl, GnuTls] {
+            for s in uprobe_sites(TlsPlaintext, lib) {
+                assert!(
+                    ["read", "write", "recv", "send"]
+                        .iter()
+                        .any(|w| s.symbol.contains(w)),
+                    "{s:?}"
+                );
+            }
+        }
+        let libc = uprobe_sites(DnsLibrary, Libc);
+        assert_eq!(libc.len(), 6);
+    }
+}
