@@ -79,7 +79,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let root = workspace_root()?;
     let bin = root.join("target/release/observer");
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--workspace"])
+    // Every test binary runs even after one fails, so one run shows every
+    // failure (a flaky test elsewhere is not hidden behind the first).
+    cmd.args(["test", "--release", "--workspace", "--no-fail-fast"])
         .args(args)
         .env("OBSERVER_BIN", &bin)
         .env("NVML_STUB", root.join("target/release/libnvml_stub.so"));
