@@ -158,6 +158,20 @@ fn row(name: &'static str) -> Result<&'static Program, ProbeError> {
     programs::get(name).ok_or(ProbeError::NotInObject(name))
 }
 
+/// The object's program `name` as the kind `T` the table says it is.
+fn typed<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, ProbeError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(ProbeError::NotInObject(name))?
+        .try_into()
+        .map_err(|source| ProbeError::Kind {
+            program: name,
+            source,
+        })
+}
+
 impl Probes {
     pub fn new(ebpf: Ebpf) -> Self {
         Self {
@@ -211,40 +225,17 @@ impl Probes {
     }
 
     fn load_inner(&mut self, name: &'static str) -> Result<(), ProbeError> {
-        let hook = row(name)?.hook;
-        let prog = self
-            .ebpf
-            .program_mut(name)
-            .ok_or(ProbeError::NotInObject(name))?;
-        let kind = |source| ProbeError::Kind {
-            program: name,
-            source,
-        };
         let load = |source| ProbeError::Load {
             program: name,
             source,
         };
-        match hook {
-            Hook::TracePoint { .. } => {
-                let p: &mut TracePoint = prog.try_into().map_err(kind)?;
-                p.load().map_err(load)
-            }
-            Hook::RawTracePoint { .. } => {
-                let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
-                p.load().map_err(load)
-            }
-            Hook::UProbe { .. } => {
-                let p: &mut UProbe = prog.try_into().map_err(kind)?;
-                p.load().map_err(load)
-            }
-            Hook::CgroupSkb { .. } => {
-                let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
-                p.load().map_err(load)
-            }
-            Hook::CgroupSockRelease => {
-                let p: &mut CgroupSock = prog.try_into().map_err(kind)?;
-                p.load().map_err(load)
-            }
+        let ebpf = &mut self.ebpf;
+        match row(name)?.hook {
+            Hook::TracePoint { .. } => typed::<TracePoint>(ebpf, name)?.load().map_err(load),
+            Hook::RawTracePoint { .. } => typed::<RawTracePoint>(ebpf, name)?.load().map_err(load),
+            Hook::UProbe { .. } => typed::<UProbe>(ebpf, name)?.load().map_err(load),
+            Hook::CgroupSkb { .. } => typed::<CgroupSkb>(ebpf, name)?.load().map_err(load),
+            Hook::CgroupSockRelease => typed::<CgroupSock>(ebpf, name)?.load().map_err(load),
         }
     }
 
@@ -294,27 +285,21 @@ impl Probes {
             source,
         })?;
         self.load(name)?;
-        let prog = self
-            .ebpf
-            .program_mut(name)
-            .ok_or(ProbeError::NotInObject(name))?;
         let attach = |source| ProbeError::Attach {
             program: name,
             target: hook.target(),
             source,
         };
-        let kind = |source| ProbeError::Kind {
-            program: name,
-            source,
-        };
         match hook {
             Hook::TracePoint { .. } => {
-                let p: &mut TracePoint = prog.try_into().map_err(kind)?;
-                p.attach(layout.category, layout.name).map_err(attach)?;
+                typed::<TracePoint>(&mut self.ebpf, name)?
+                    .attach(layout.category, layout.name)
+                    .map_err(attach)?;
             }
             _ => {
-                let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
-                p.attach(layout.name).map_err(attach)?;
+                typed::<RawTracePoint>(&mut self.ebpf, name)?
+                    .attach(layout.name)
+                    .map_err(attach)?;
             }
         }
         Ok(())
@@ -332,15 +317,7 @@ impl Probes {
         scope: UProbeScope,
     ) -> Result<UProbeLinkId, ProbeError> {
         let r = self.load(name).and_then(|()| {
-            let p: &mut UProbe = self
-                .ebpf
-                .program_mut(name)
-                .ok_or(ProbeError::NotInObject(name))?
-                .try_into()
-                .map_err(|source| ProbeError::Kind {
-                    program: name,
-                    source,
-                })?;
+            let p = typed::<UProbe>(&mut self.ebpf, name)?;
             let location = match offset {
                 Some(o) => UProbeAttachLocation::AbsoluteOffset(o),
                 None => UProbeAttachLocation::Symbol(symbol),
@@ -368,14 +345,6 @@ impl Probes {
     ) -> Result<(), ProbeError> {
         let r = self.load(name).and_then(|()| {
             let hook = row(name)?.hook;
-            let prog = self
-                .ebpf
-                .program_mut(name)
-                .ok_or(ProbeError::NotInObject(name))?;
-            let kind = |source| ProbeError::Kind {
-                program: name,
-                source,
-            };
             let attach = |source| ProbeError::Attach {
                 program: name,
                 target: format!("{} on {}", hook.target(), shown.display()),
@@ -385,17 +354,17 @@ impl Probes {
             // beside other programs on the cgroup and refuse ALLOW_MULTI.
             match hook {
                 Hook::CgroupSkb { direction } => {
-                    let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
                     let way = match direction {
                         Direction::Egress => CgroupSkbAttachType::Egress,
                         Direction::Ingress => CgroupSkbAttachType::Ingress,
                     };
-                    p.attach(dir.as_fd(), way, CgroupAttachMode::Single)
+                    typed::<CgroupSkb>(&mut self.ebpf, name)?
+                        .attach(dir.as_fd(), way, CgroupAttachMode::Single)
                         .map_err(attach)?;
                 }
                 _ => {
-                    let p: &mut CgroupSock = prog.try_into().map_err(kind)?;
-                    p.attach(dir.as_fd(), CgroupAttachMode::Single)
+                    typed::<CgroupSock>(&mut self.ebpf, name)?
+                        .attach(dir.as_fd(), CgroupAttachMode::Single)
                         .map_err(attach)?;
                 }
             }
@@ -412,19 +381,12 @@ impl Probes {
     /// TLS manager's shared uprobe events).
     pub fn uprobe_fd(&mut self, name: &'static str) -> Result<&ProgramFd, ProbeError> {
         self.load(name)?;
-        let p: &mut UProbe = self
-            .ebpf
-            .program_mut(name)
-            .ok_or(ProbeError::NotInObject(name))?
-            .try_into()
-            .map_err(|source| ProbeError::Kind {
+        typed::<UProbe>(&mut self.ebpf, name)?
+            .fd()
+            .map_err(|source| ProbeError::Load {
                 program: name,
                 source,
-            })?;
-        p.fd().map_err(|source| ProbeError::Load {
-            program: name,
-            source,
-        })
+            })
     }
 
     /// Records the result of an attachment made outside aya.
