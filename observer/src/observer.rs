@@ -240,7 +240,7 @@ impl View<'_> {
                             (None, e) => State::Off(e.clone().unwrap_or_default()),
                         },
                         Feature::Gpu => match &self.gpus {
-                            Ok(n) => State::On(format!("{n} devices (NVML)")),
+                            Ok(n) => State::On(format!("{n} devices through NVML")),
                             Err(e) => State::Off((*e).clone()),
                         },
                     };

@@ -254,7 +254,7 @@ fn gpu_metrics_on_the_prometheus_endpoint() {
             "no ready line"
         );
     }
-    assert!(line.contains("GPU: 3 devices"), "{line}");
+    assert!(line.contains("GPU: on (3 devices through NVML)"), "{line}");
     std::thread::sleep(Duration::from_millis(1500));
     let text = String::from_utf8(
         Command::new("curl")
