@@ -64,6 +64,9 @@ pub fn options(args: &WatchArgs) -> Options {
 }
 
 pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result<Summary> {
+    // Before anything else: a SIGTERM that comes during start-up, or right
+    // after `ready`, stops the observer cleanly instead of killing it.
+    let stop = Stop::install()?;
     raise_fd_limit();
     let obs = Observer::start(options(&args))?;
     obs.verdict()?;
@@ -179,7 +182,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
     ));
 
     eprintln!("{ready}");
-    wait_for_stop(args.duration).await?;
+    stop.wait(args.duration).await;
     let _ = tls_tx.send(tls::Command::Stop);
     let (mut probes, tls_report) = manager
         .join()
@@ -300,21 +303,33 @@ fn raise_fd_limit() {
     }
 }
 
-async fn wait_for_stop(duration: Option<Duration>) -> anyhow::Result<()> {
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let timer = async {
-        match duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-        _ = timer => {}
+/// SIGTERM and SIGINT, caught from the moment they are installed.
+struct Stop {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self, duration: Option<Duration>) {
+        let timer = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+            _ = timer => {}
+        }
+    }
 }
 
 /// The line printed on stderr when watching stops.
