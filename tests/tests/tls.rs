@@ -16,10 +16,18 @@ use tests::*;
 
 const HS_MS: u32 = 100;
 const ANSWER_MS: u32 = 200;
-/// What the library and the test server add on top of an injected delay
-/// (the rest of the handshake, a wake-up): the measured time must lie in
-/// [delay, delay + SLACK].
+/// What the library and the test server add on top of an injected wait for
+/// the answer (wake-ups): the measured time must lie in [delay, delay +
+/// SLACK]. Measured: 0.2-1.6 ms over 6 runs of this file, half of them with
+/// a CPU spinning.
 const SLACK_MS: f64 = 3.0;
+/// The same for a handshake, on top of the delay and of a handshake without
+/// one (`handshake_base_ms`, taken when this binary starts): the TLS stacks'
+/// own work, which a busy CPU stretches. Measured over 6 runs of this file
+/// (57 handshakes): at most 1.1 ms more on a quiet machine, 7.4 ms with other
+/// builds running, 11.3 ms with a CPU spinning as well (3 ms, the tolerance
+/// before, failed a full suite run at 3.75 ms).
+const HS_SLACK_MS: f64 = 15.0;
 /// The test server's answer: headers and a 5-byte body.
 const RESPONSE_LEN: u64 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".len() as u64 + 5;
 
@@ -74,13 +82,30 @@ fn handshake_base_ms() -> f64 {
 }
 
 /// A handshake with `delay` injected: at least the delay, and at most the
-/// delay plus what a handshake costs anyway plus the 3 ms tolerance.
+/// delay plus what a handshake costs anyway plus `HS_SLACK_MS`.
 fn assert_handshake(what: &str, got: f64, delay: u32) {
     let d = f64::from(delay);
     let base = handshake_base_ms();
     assert!(
-        got >= d && got <= d + base + SLACK_MS,
-        "{what}: {got:.3} ms, injected {d} ms (+ {base:.3} ms without delay, + {SLACK_MS})"
+        got >= d && got <= d + base + HS_SLACK_MS,
+        "{what}: {got:.3} ms, injected {d} ms (+ {base:.3} ms without delay, + {HS_SLACK_MS})"
+    );
+}
+
+/// A client whose clock started before its connect() and read the end of
+/// its handshake after the TLS library returned: ours, from the connect's
+/// start to the handshake's end (`connect_ns + setup_ns + handshake_ns`),
+/// is never longer, but for `margin_ms` (the client's rounding). Phase by
+/// phase the two cannot be held within a tolerance: a late read of the
+/// client's clock at the connect's end (its poll loop, a busy CPU) moves
+/// time from its connect to its handshake (up to 2.7 ms more for curl's TLS
+/// phase than ours, 2.4 ms for Node's, in the runs of `HS_SLACK_MS`).
+fn assert_handshake_end(what: &str, r: &Value, client_ms: f64, margin_ms: f64) {
+    let tls = &r["tls"];
+    let ours = ms_of(&r["connect_ns"]) + ms_of(&tls["setup_ns"]) + ms_of(&tls["handshake_ns"]);
+    assert!(
+        ours <= client_ms + margin_ms,
+        "{what}: the handshake ended {ours:.3} ms after the connect began by ours, {client_ms:.3} ms by the client's clock"
     );
 }
 
@@ -155,7 +180,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
             .arg(format!("tls.test:{port}:127.0.0.1"))
             .args([
                 "-w",
-                "%{time_connect} %{time_appconnect} %{time_starttransfer} %{local_port}",
+                "%{time_connect} %{time_appconnect} %{time_starttransfer} %{local_port} %{time_namelookup}",
             ])
             .arg(format!("https://tls.test:{port}/"))
             .output()
@@ -175,7 +200,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         uprobe_events_of(observer)
     );
     for t in &runs {
-        let (connect, app, start, lport) = (t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] as u64);
+        let (app, start, lport, lookup) = (t[1] * 1e3, t[2] * 1e3, t[3] as u64, t[4] * 1e3);
         let r = only(&out, "local_port", &json!(lport));
         let tls = &r["tls"];
         assert_eq!(r["comm"], "curl");
@@ -185,11 +210,11 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         assert_eq!(tls["handshake_error"], Value::Null);
         assert_eq!(tls["exchanges"], 1);
         assert_eq!(tls["plaintext_received"], RESPONSE_LEN);
-        // curl's own clock: appconnect - connect covers its TLS setup and
-        // the handshake; starttransfer - appconnect the wait for the answer.
+        // curl's own clock: its connect begins after time_namelookup and
+        // appconnect is read after the handshake (two µs roundings);
+        // starttransfer - appconnect is the wait for the answer.
         let hs = ms_of(&tls["handshake_ns"]);
-        let setup = ms_of(&tls["setup_ns"]);
-        assert_near("curl setup + handshake", setup + hs, app - connect, 1.0);
+        assert_handshake_end("curl", r, app - lookup, 0.002);
         assert_near("curl first byte", ms_of(&tls["ttfb_ns"]), start - app, 1.0);
         assert_handshake("curl handshake", hs, HS_MS);
         assert_delay("curl first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
@@ -199,7 +224,14 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         let stls = &s["tls"];
         assert_eq!(stls["ttfb_source"], "plaintext", "{s:#}");
         assert_handshake("server handshake", ms_of(&stls["handshake_ns"]), HS_MS);
-        assert_delay("server answer", ms_of(&stls["ttfb_ns"]), ANSWER_MS);
+        // The server read the request after curl wrote it and answered
+        // before curl read the answer: inside curl's wait.
+        let answer = ms_of(&stls["ttfb_ns"]);
+        assert!(
+            answer >= f64::from(ANSWER_MS) && answer <= start - app + 0.002,
+            "server answer: {answer:.3} ms, injected {ANSWER_MS} ms, curl's wait {:.3} ms",
+            start - app
+        );
         assert_eq!(stls["exchanges"], 1);
         assert_eq!(stls["plaintext_sent"], RESPONSE_LEN);
         assert_eq!(
@@ -275,9 +307,22 @@ fn python_node_and_gnutls_clients() {
         "{r:#}"
     );
     assert_eq!(tls["ttfb_source"], "plaintext");
-    // Node handshakes inside SSL_read/SSL_write; its own clock runs from the
-    // socket's connect to the secureConnect callback.
-    agrees_with_client("node", tls, n, 2.0);
+    // Node handshakes inside SSL_read/SSL_write. Its clock, read before
+    // tls.connect() and in the secureConnect callback, runs around our
+    // connect and handshake; from before its write to the first data
+    // callback, around our first byte.
+    assert_handshake_end("node", r, n["handshake_end_ms"].as_f64().unwrap(), 0.0);
+    let ttfb = ms_of(&tls["ttfb_ns"]);
+    assert!(
+        ttfb <= n["ttfb_ms"][0].as_f64().unwrap(),
+        "node first byte: ours {ttfb:.3} ms, Node's {}",
+        n["ttfb_ms"][0]
+    );
+    // Node's handshake spans turns of its event loop: no bound above but
+    // Node's clock (a busy CPU stretched it 16 ms past `HS_SLACK_MS`).
+    let hs = ms_of(&tls["handshake_ns"]);
+    assert!(hs >= f64::from(HS_MS), "node handshake: {hs:.3} ms");
+    assert_delay("node first byte", ttfb, ANSWER_MS);
 
     let r = only(&out, "comm", &json!("wget"));
     let tls = &r["tls"];
@@ -343,7 +388,15 @@ fn nginx_server_side() {
     assert_eq!(tls["library"], "openssl", "{s:#}");
     assert_eq!(tls["ttfb_source"], "plaintext");
     assert_eq!(tls["exchanges"], 3);
-    assert_delay("nginx time to answer", ms_of(&tls["ttfb_ns"]), BACKEND_MS);
+    // nginx's time to answer holds the backend's wait and its trips to the
+    // backend (4.1 ms past the wait once with a CPU spinning): it lies
+    // inside the client's wait for the first byte.
+    let answer = ms_of(&tls["ttfb_ns"]);
+    let client_wait = c["ttfb_ms"][0].as_f64().unwrap();
+    assert!(
+        answer >= f64::from(BACKEND_MS) && answer <= client_wait,
+        "nginx time to answer: {answer:.3} ms, the backend's wait {BACKEND_MS} ms, the client's {client_wait:.3} ms"
+    );
     assert_eq!(tls["plaintext_received"], c["sent"]);
     assert_eq!(tls["plaintext_sent"], c["received"]);
     // The server's handshake is part of what the client waited for.
