@@ -16,18 +16,6 @@ use tests::*;
 
 const HS_MS: u32 = 100;
 const ANSWER_MS: u32 = 200;
-/// What the library and the test server add on top of an injected wait for
-/// the answer (wake-ups): the measured time must lie in [delay, delay +
-/// SLACK]. Measured: 0.2-1.6 ms over 6 runs of this file, half of them with
-/// a CPU spinning.
-const SLACK_MS: f64 = 3.0;
-/// The same for a handshake, on top of the delay and of a handshake without
-/// one (`handshake_base_ms`, taken when this binary starts): the TLS stacks'
-/// own work, which a busy CPU stretches. Measured over 6 runs of this file
-/// (57 handshakes): at most 1.1 ms more on a quiet machine, 7.4 ms with other
-/// builds running, 11.3 ms with a CPU spinning as well (3 ms, the tolerance
-/// before, failed a full suite run at 3.75 ms).
-const HS_SLACK_MS: f64 = 15.0;
 /// The test server's answer: headers and a 5-byte body.
 const RESPONSE_LEN: u64 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".len() as u64 + 5;
 
@@ -63,33 +51,16 @@ fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
     );
 }
 
-/// What a handshake costs here without an injected delay (the TLS stacks'
-/// own work, 1.5-3 ms on this VM under load), by a client's own clock: the
-/// smallest of five Python handshakes against a server that waits nothing.
-fn handshake_base_ms() -> f64 {
-    static BASE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *BASE.get_or_init(|| {
-        let cert = Cert::new();
-        let server = tls_server(&cert, "tls", 0, 0);
-        (0..5)
-            .map(|_| {
-                python_client(server.port, &[])[0]["handshake_ms"]
-                    .as_f64()
-                    .unwrap()
-            })
-            .fold(f64::INFINITY, f64::min)
-    })
-}
-
-/// A handshake with `delay` injected: at least the delay, and at most the
-/// delay plus what a handshake costs anyway plus `HS_SLACK_MS`.
+/// A handshake with `delay` injected: at least the delay. Its upper bound
+/// is a clock around it: the client's own (`assert_handshake_end`,
+/// `agrees_with_client`), or for a server or a client that prints no time,
+/// what encloses it. A bound from the injected delay plus a handshake's
+/// usual cost (3 ms before) failed under load: over 11 runs of this file,
+/// handshakes took up to 19 ms more than that with other builds running or a
+/// CPU spinning, and the clients' own clocks said the same: the time is real.
 fn assert_handshake(what: &str, got: f64, delay: u32) {
     let d = f64::from(delay);
-    let base = handshake_base_ms();
-    assert!(
-        got >= d && got <= d + base + HS_SLACK_MS,
-        "{what}: {got:.3} ms, injected {d} ms (+ {base:.3} ms without delay, + {HS_SLACK_MS})"
-    );
+    assert!(got >= d, "{what}: {got:.3} ms, injected {d} ms");
 }
 
 /// A client whose clock started before its connect() and read the end of
@@ -99,7 +70,7 @@ fn assert_handshake(what: &str, got: f64, delay: u32) {
 /// phase the two cannot be held within a tolerance: a late read of the
 /// client's clock at the connect's end (its poll loop, a busy CPU) moves
 /// time from its connect to its handshake (up to 2.7 ms more for curl's TLS
-/// phase than ours, 2.4 ms for Node's, in the runs of `HS_SLACK_MS`).
+/// phase than ours, 2.4 ms for Node's, over 6 runs of this file).
 fn assert_handshake_end(what: &str, r: &Value, client_ms: f64, margin_ms: f64) {
     let tls = &r["tls"];
     let ours = ms_of(&r["connect_ns"]) + ms_of(&tls["setup_ns"]) + ms_of(&tls["handshake_ns"]);
@@ -109,12 +80,13 @@ fn assert_handshake_end(what: &str, r: &Value, client_ms: f64, margin_ms: f64) {
     );
 }
 
+/// A wait with `delay` injected: at least the delay. Its upper bound is the
+/// client's clock around it, next to each call: a bound of the delay plus
+/// 3 ms held for TLS first bytes over 6 runs (at most 1.6 ms more), but the
+/// same wait on plain TCP took 5.8 ms more with a CPU spinning.
 fn assert_delay(what: &str, got: f64, delay: u32) {
     let d = f64::from(delay);
-    assert!(
-        got >= d && got <= d + SLACK_MS,
-        "{what}: {got:.3} ms, injected {d} ms (+{SLACK_MS})"
-    );
+    assert!(got >= d, "{what}: {got:.3} ms, injected {d} ms");
 }
 
 /// The one record whose `field` is `value`.
@@ -135,19 +107,26 @@ fn server_side<'a>(w: &'a Watched, client_port: &Value) -> &'a Value {
 /// A client's `tls` object against its own timers (`handshake_ms` from TCP
 /// connected, `ttfb_ms[0]`) within `tol` ms, and against the injected delays.
 fn agrees_with_client(who: &str, tls: &Value, client: &Value, tol: f64) {
-    let hs = ms_of(&tls["handshake_ns"]);
+    handshake_agrees(who, tls, client, tol);
     let ttfb = ms_of(&tls["ttfb_ns"]);
-    let own_hs = client["handshake_ms"].as_f64().unwrap();
     let own_ttfb = client["ttfb_ms"][0].as_f64().unwrap();
+    assert_near(&format!("{who} first byte"), ttfb, own_ttfb, tol);
+    assert_delay(&format!("{who} first byte"), ttfb, ANSWER_MS);
+}
+
+/// The handshake alone, against the client's `handshake_ms` within `tol`
+/// (a Python client's, from TCP connected to wrap_socket's return, differed
+/// from ours by -0.02..0.41 ms over 6 runs, half with a CPU spinning).
+fn handshake_agrees(who: &str, tls: &Value, client: &Value, tol: f64) {
+    let hs = ms_of(&tls["handshake_ns"]);
+    let own_hs = client["handshake_ms"].as_f64().unwrap();
     assert_near(
         &format!("{who} setup + handshake"),
         hs + ms_of(&tls["setup_ns"]),
         own_hs,
         tol,
     );
-    assert_near(&format!("{who} first byte"), ttfb, own_ttfb, tol);
     assert_handshake(&format!("{who} handshake"), hs, HS_MS);
-    assert_delay(&format!("{who} first byte"), ttfb, ANSWER_MS);
 }
 
 fn uprobe_events_of(observer_pid: u32) -> Vec<String> {
@@ -223,7 +202,16 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         assert_eq!(s["pid"], server.pid());
         let stls = &s["tls"];
         assert_eq!(stls["ttfb_source"], "plaintext", "{s:#}");
-        assert_handshake("server handshake", ms_of(&stls["handshake_ns"]), HS_MS);
+        // The server's handshake began after curl's connect did, and it
+        // answered after its handshake and before curl read the answer:
+        // both inside curl's clock from its name lookup to starttransfer.
+        let (shs, sanswer) = (ms_of(&stls["handshake_ns"]), ms_of(&stls["ttfb_ns"]));
+        assert_handshake("server handshake", shs, HS_MS);
+        assert!(
+            shs + sanswer <= start - lookup + 0.002,
+            "server handshake {shs:.3} ms + answer {sanswer:.3} ms, curl's {:.3} ms",
+            start - lookup
+        );
         // The server read the request after curl wrote it and answered
         // before curl read the answer: inside curl's wait.
         let answer = ms_of(&stls["ttfb_ns"]);
@@ -275,11 +263,14 @@ fn python_node_and_gnutls_clients() {
             .arg(helper("tls_client.js"))
             .args([port.as_str(), "node.test"]),
     );
+    // wget prints no times: the test's clock around its run bounds them.
+    let t = std::time::Instant::now();
     let wget = Command::new("wget")
         .args(["-q", "--no-check-certificate", "-O", "/dev/null"])
         .arg(format!("https://127.0.0.1:{port}/"))
         .status()
         .unwrap();
+    let wget_ms = t.elapsed().as_secs_f64() * 1e3;
     assert!(wget.success());
     let out = w.stop();
 
@@ -318,10 +309,7 @@ fn python_node_and_gnutls_clients() {
         "node first byte: ours {ttfb:.3} ms, Node's {}",
         n["ttfb_ms"][0]
     );
-    // Node's handshake spans turns of its event loop: no bound above but
-    // Node's clock (a busy CPU stretched it 16 ms past `HS_SLACK_MS`).
-    let hs = ms_of(&tls["handshake_ns"]);
-    assert!(hs >= f64::from(HS_MS), "node handshake: {hs:.3} ms");
+    assert_handshake("node handshake", ms_of(&tls["handshake_ns"]), HS_MS);
     assert_delay("node first byte", ttfb, ANSWER_MS);
 
     let r = only(&out, "comm", &json!("wget"));
@@ -329,8 +317,13 @@ fn python_node_and_gnutls_clients() {
     assert_eq!(tls["library"], "gnutls", "{r:#}");
     assert_eq!(tls["ttfb_source"], "plaintext");
     assert_eq!(tls["plaintext_received"], RESPONSE_LEN);
-    assert_handshake("wget handshake", ms_of(&tls["handshake_ns"]), HS_MS);
-    assert_delay("wget first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    let (hs, ttfb) = (ms_of(&tls["handshake_ns"]), ms_of(&tls["ttfb_ns"]));
+    assert_handshake("wget handshake", hs, HS_MS);
+    assert_delay("wget first byte", ttfb, ANSWER_MS);
+    assert!(
+        hs + ttfb <= wget_ms,
+        "wget handshake {hs:.3} ms + first byte {ttfb:.3} ms, its run {wget_ms:.3} ms"
+    );
 }
 
 /// nginx from Debian's packages terminating TLS in front of a backend that
@@ -432,8 +425,7 @@ fn client_started_before_the_observer() {
     let r = only(&out, "local_port", &result["local_port"]);
     let tls = &r["tls"];
     assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-    assert_handshake("handshake", ms_of(&tls["handshake_ns"]), HS_MS);
-    assert_delay("first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    agrees_with_client("early python", tls, &result, 1.0);
 }
 
 #[test]
@@ -507,17 +499,17 @@ fn without_plaintext_probes_times_come_from_the_socket() {
         ),
         (&Value::Null, &Value::Null, &Value::Null)
     );
-    assert_handshake(
-        "handshake (handshake probes stay)",
-        ms_of(&tls["handshake_ns"]),
-        HS_MS,
-    );
+    handshake_agrees("python (handshake probes stay)", tls, &c[0], 1.0);
     let s = server_side(&out, &c[0]["local_port"]);
     assert_eq!(s["tls"]["ttfb_source"], "socket");
-    assert_delay(
-        "server answer from the socket",
-        ms_of(&s["tls"]["ttfb_ns"]),
-        ANSWER_MS,
+    // The server read the request after the client sent it and answered
+    // before the client read it: inside the client's wait.
+    let answer = ms_of(&s["tls"]["ttfb_ns"]);
+    assert_delay("server answer from the socket", answer, ANSWER_MS);
+    let client_wait = c[0]["ttfb_ms"][0].as_f64().unwrap();
+    assert!(
+        answer <= client_wait,
+        "server answer {answer:.3} ms, the client's wait {client_wait:.3} ms"
     );
     assert_eq!(out.summary()["tls"]["plaintext_attached_total"], 0);
 }
@@ -619,6 +611,5 @@ fn a_library_only_another_mount_namespace_sees() {
     let tls = &r["tls"];
     assert_eq!(tls["library"], "openssl", "{r:#}");
     assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-    assert_handshake("handshake", ms_of(&tls["handshake_ns"]), HS_MS);
-    assert_delay("first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    agrees_with_client("python in its mount namespace", tls, &result, 1.0);
 }
