@@ -95,9 +95,10 @@ pub struct DnsPacketEvent {
     /// The far end's port (53) and the local one.
     pub remote_port: u16,
     pub local_port: u16,
-    /// DNS message bytes copied into `payload` (TCP's length prefix removed).
+    /// Bytes copied into `payload`: the UDP payload (one DNS message), or
+    /// the TCP payload (DNS messages, each after its two-byte length).
     pub len: u32,
-    /// DNS message bytes in the packet.
+    /// Bytes of the UDP or TCP payload in the packet.
     pub wire_len: u32,
     /// The DNS server's address (IPv4: first 4 bytes) and ours.
     pub remote: [u8; 16],

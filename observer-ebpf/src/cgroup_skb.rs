@@ -1,6 +1,7 @@
 //! cgroup_skb programs on the root cgroup: DNS messages on port 53. A query a
 //! socket sends and the response it receives go to userspace whole (up to 512
-//! bytes), which parses them; here only the IP and UDP/TCP headers are read.
+//! bytes of the UDP or TCP payload), which parses them; here only the IP and
+//! UDP/TCP headers are read.
 //!
 //! Packet-level hooks instead of syscall tracepoints: any syscall tracepoint
 //! slows every syscall on the machine, while these run per packet and leave
@@ -142,15 +143,17 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         DNS_SOCKS.get_ptr(&cookie)?;
         0
     };
-    let payload = if u16::from(l.proto) == IPPROTO_UDP {
-        l.l4 + 8
+    // Over TCP the payload keeps each message's two-byte length prefix: one
+    // segment can carry several messages (glibc writes a call's A and AAAA
+    // queries in one writev), and userspace splits them by it.
+    let (payload, prefix) = if u16::from(l.proto) == IPPROTO_UDP {
+        (l.l4 + 8, 0)
     } else {
         let doff: u8 = ctx.load(l.l4 + 12).ok()?;
-        // Skip DNS over TCP's two-byte length prefix.
-        l.l4 + usize::from(doff >> 4) * 4 + 2
+        (l.l4 + usize::from(doff >> 4) * 4, 2)
     };
     let total = ctx.len() as usize;
-    if total < payload + DNS_HEADER {
+    if total < payload + prefix + DNS_HEADER {
         // A bare ACK or handshake segment.
         return None;
     }

@@ -187,7 +187,7 @@ impl ConnTable {
                 None
             }
             Event::DnsPacket(ev) => {
-                if let Some(r) = self.wire.packet(&ev, &self.clock) {
+                for r in self.wire.packet(&ev, &self.clock) {
                     self.add_lookup(r);
                 }
                 None

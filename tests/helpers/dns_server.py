@@ -5,7 +5,13 @@
 Every name gets an A record 127.0.0.1 (and no AAAA) after --delay-ms, except:
 names starting with "nx" get NXDOMAIN, "drop" no answer at all, "once" no
 answer to the first query for the name (answers to the ones after), "tc" a
-truncated empty answer over UDP (the full one over TCP).
+truncated empty answer over UDP (the full one over TCP), and "tcl" the same with
+the A answer over UDP 20 ms after the others (a client's AAAA answer first).
+With --log FILE, each query received is a line there, written before its answer
+is sent: "NAME QTYPE udp|tcp RECEIVED SENT", CLOCK_MONOTONIC ns (the clock of the
+observer's eBPF timestamps) just after the query was read and just before the
+answer was sent ("-": not answered). The tests count retries and time lookups
+against it.
 Prints "READY" once listening."""
 import argparse
 import socket
@@ -16,6 +22,21 @@ import time
 
 seen = set()
 seen_lock = threading.Lock()
+log = None
+log_lock = threading.Lock()
+
+
+def log_query(data, tcp, received, answered):
+    """Logs the query `data`, read at `received`; `answered`: its answer is
+    sent right after this returns."""
+    if log is None:
+        return
+    name, end = qname(data, 12)
+    qtype = struct.unpack("!H", data[end:end + 2])[0]
+    sent = time.monotonic_ns() if answered else "-"
+    with log_lock:
+        log.write(f"{name} {qtype} {'tcp' if tcp else 'udp'} {received} {sent}\n")
+        log.flush()
 
 
 def qname(data, off):
@@ -40,6 +61,8 @@ def reply(data, delay, tcp):
             seen.add((name, qtype))
         if first:
             return None
+    if name.startswith("tcl") and qtype == 1 and not tcp:
+        delay += 0.02
     time.sleep(delay)
     tid = data[:2]
     if name.startswith("nx"):
@@ -52,8 +75,9 @@ def reply(data, delay, tcp):
     return tid + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0) + question
 
 
-def udp_answer(sock, data, addr, delay):
+def udp_answer(sock, data, addr, delay, received):
     r = reply(data, delay, False)
+    log_query(data, False, received, r is not None)
     if r is not None:
         sock.sendto(r, addr)
 
@@ -75,9 +99,11 @@ def tcp_client(conn, delay):
             if head is None:
                 return
             data = recv_exact(conn, struct.unpack("!H", head)[0])
+            received = time.monotonic_ns()
             if data is None:
                 return
             r = reply(data, delay, True)
+            log_query(data, True, received, r is not None)
             if r is not None:
                 conn.sendall(struct.pack("!H", len(r)) + r)
 
@@ -95,7 +121,11 @@ def tcp_server(delay):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--delay-ms", type=float, default=0)
+    ap.add_argument("--log")
     a = ap.parse_args()
+    global log
+    if a.log:
+        log = open(a.log, "w")
     delay = a.delay_ms / 1000
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 53))
@@ -110,7 +140,8 @@ def main():
 def udp_server(s, delay):
     while True:
         data, addr = s.recvfrom(512)
-        threading.Thread(target=udp_answer, args=(s, data, addr, delay), daemon=True).start()
+        received = time.monotonic_ns()
+        threading.Thread(target=udp_answer, args=(s, data, addr, delay, received), daemon=True).start()
 
 
 if __name__ == "__main__":

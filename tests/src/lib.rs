@@ -9,7 +9,7 @@
 )]
 
 mod dns_ns;
-pub use dns_ns::DnsNs;
+pub use dns_ns::{Asked, DnsNs};
 
 use std::{
     io::{BufRead, BufReader},
@@ -28,11 +28,14 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-/// True when the test can run. Without root it prints why and returns false,
-/// except under CI where that is a failure.
+/// True when the test can run, and then this test binary holds the machine's
+/// end-to-end lock (see `machine_lock`): every test that loads eBPF comes
+/// here. Without root it prints why and returns false, except under CI where
+/// that is a failure.
 pub fn require_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
+        machine_lock();
         return true;
     }
     assert!(
@@ -372,7 +375,6 @@ pub fn begin(test: &str, tools: &[&str]) -> Option<std::sync::MutexGuard<'static
     if !require_root(test) || !tools.iter().all(|t| require_tool(test, t)) {
         return None;
     }
-    machine_lock();
     Some(
         LOCK.lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
@@ -380,10 +382,11 @@ pub fn begin(test: &str, tools: &[&str]) -> Option<std::sync::MutexGuard<'static
 }
 
 /// One end-to-end test binary at a time on the machine, whichever checkout
-/// it comes from: observers see each other's traffic and the DNS tests'
-/// network namespace has one name. cargo runs a workspace's test binaries
-/// one after another; this covers two `cargo test` runs side by side. Held
-/// until the test binary exits.
+/// it comes from: observers see each other's traffic, the detach test counts
+/// the machine's loaded programs, and the DNS tests' network namespace has
+/// one name. cargo runs a workspace's test binaries one after another; this
+/// covers two `cargo test` runs side by side. Taken by the first test that
+/// needs root, held until the test binary exits.
 fn machine_lock() {
     use std::os::fd::AsRawFd as _;
     static HELD: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();

@@ -14,6 +14,43 @@ fn ns() -> DnsNs {
     DnsNs::new(DELAY_MS)
 }
 
+/// What the clients' printed times lose to rounding (curl: µs, the musl
+/// helper: 0.5 µs) and to their clock: curl's may be CLOCK_MONOTONIC_RAW,
+/// apart from CLOCK_MONOTONIC by NTP's rate correction (at most 500 ppm:
+/// 0.075 ms over 150 ms).
+const CLOCK_MARGIN_MS: f64 = 0.1;
+
+/// Checks a lookup's duration `ours` against the clocks on either side of
+/// it, both CLOCK_MONOTONIC like the observer's: the DNS server's time from
+/// reading the first query to just before sending the last answer is inside
+/// the lookup (its first query left before, its last answer came after),
+/// and the client's own clock ran around the whole lookup. Neither bound
+/// needs a tolerance beyond the clients' rounding. How far apart they are
+/// is scheduling, not the observer: over 20 runs of this file on this
+/// 2-CPU machine with other builds running (load 2.5-6.4), half of them with
+/// `yes` spinning on a CPU too, clients' clocks read up to 10.4 ms more than
+/// ours (c-ares: Node's event loop; curl: 4.5 ms, its resolver thread's
+/// hand-off) and ours up to 17 ms more than the server's (deliveries and
+/// wake-ups on loopback); at the median both gaps were 0.01-1.9 ms. The
+/// checks this replaces, within 1 or 2 ms of the client's clock, failed
+/// under that load.
+fn assert_between(what: &str, ours: f64, server_ms: f64, client_ms: f64) {
+    assert!(
+        server_ms <= ours && ours <= client_ms + CLOCK_MARGIN_MS,
+        "{what}: ours {ours:.3} ms, the server's {server_ms:.3} ms, the client's {client_ms:.3} ms"
+    );
+}
+
+/// The queries the server received for `name` beyond one per question
+/// (type): the retries a lookup of it made, by the server's own count.
+fn retries_seen_by_server(ns: &DnsNs, name: &str) -> u64 {
+    let asked = ns.asked(name);
+    let mut questions: Vec<u16> = asked.iter().map(|a| a.qtype).collect();
+    questions.sort_unstable();
+    questions.dedup();
+    (asked.len() - questions.len()) as u64
+}
+
 fn lookups<'a>(w: &'a Watched, comm: &str, name: &str) -> Vec<&'a Value> {
     w.records
         .iter()
@@ -56,8 +93,10 @@ fn library_lookups_their_durations_results_and_the_connection_they_lead_to() {
     assert!(py.status.success());
     let getent = ns.exec(&["getent", "ahosts", "getent.test"]);
     assert!(getent.status.success());
-    // Truncated over UDP: glibc asks again over TCP.
+    // Truncated over UDP: glibc asks again over TCP. tcl.test: the AAAA
+    // answer comes first.
     assert!(ns.exec(&["getent", "ahosts", "tc.test"]).status.success());
+    assert!(ns.exec(&["getent", "ahosts", "tcl.test"]).status.success());
     // The gethostbyname family, called through ctypes, timed by the caller.
     let hbn = ns.exec(&[
         "python3",
@@ -96,11 +135,12 @@ timed(libc.gethostbyname2, b'hbn6.test', socket.AF_INET6))\n",
         .iter()
         .map(|r| ms(r["duration_ns"].as_u64().unwrap()))
         .fold(0.0, f64::max);
-    assert!(
-        (ours - curl_lookup_ms).abs() <= 2.0,
-        "lookup {ours:.3} ms, curl's time_namelookup {curl_lookup_ms:.3} ms"
+    assert_between(
+        "curl api.test",
+        ours,
+        ns.server_ms("api.test"),
+        curl_lookup_ms,
     );
-    assert!(ours >= DELAY_MS, "{ours}");
     assert!(
         l.iter()
             .any(|r| r["answers"] == json!(["127.0.0.1"]) && r["result"] == "ok"),
@@ -124,16 +164,27 @@ timed(libc.gethostbyname2, b'hbn6.test', socket.AF_INET6))\n",
     assert_eq!(l.len(), 1, "one lookup, not one per query: {l:#?}");
     assert_eq!(l[0]["server"], "127.0.0.1", "{l:#?}");
     assert_eq!(l[0]["rcode"], "NOERROR");
-    assert_eq!(l[0]["retries"], 0);
+    assert_eq!(l[0]["retries"], retries_seen_by_server(&ns, "api.test"));
     assert_eq!(l[0]["transport"], "udp");
     assert!(l[0]["id"].is_u64());
-    let tc = lookups(&out, "getent", "tc.test");
-    assert_eq!(tc.len(), 1, "{tc:#?}");
-    assert_eq!(
-        (&tc[0]["result"], &tc[0]["retries"], &tc[0]["transport"]),
-        (&json!("ok"), &json!(1), &json!("tcp")),
-        "{tc:#?}"
-    );
+    // Truncated over UDP: glibc leaves UDP at the first truncated answer,
+    // A's (tc.test) or AAAA's (tcl.test), and asks both questions again over
+    // TCP, in one segment. The server counts the retries.
+    for name in ["tc.test", "tcl.test"] {
+        let asked = ns.asked(name);
+        assert!(asked.iter().any(|a| a.transport == "tcp"), "{asked:?}");
+        let tc = lookups(&out, "getent", name);
+        assert_eq!(tc.len(), 1, "{tc:#?}");
+        assert_eq!(
+            (&tc[0]["result"], &tc[0]["retries"], &tc[0]["transport"]),
+            (
+                &json!("ok"),
+                &json!(retries_seen_by_server(&ns, name)),
+                &json!("tcp")
+            ),
+            "{tc:#?}\nthe server received: {asked:?}"
+        );
+    }
     // Python and getent, NXDOMAIN and no answer.
     assert_eq!(lookups(&out, "python3", "py.test")[0]["result"], "ok");
     let nx = lookups(&out, "python3", "nx.test");
@@ -150,8 +201,8 @@ timed(libc.gethostbyname2, b'hbn6.test', socket.AF_INET6))\n",
     );
     assert!(!lookups(&out, "getent", "getent.test").is_empty());
     // gethostbyname (through gethostbyname_r) and gethostbyname2 (through
-    // gethostbyname2_r): results, families, answers, and durations within
-    // 1 ms of the caller's own clock.
+    // gethostbyname2_r): results, families, answers, and durations between
+    // the server's clock and the caller's.
     for (i, (name, call, qtype, result, answers)) in [
         (
             "hbn.test",
@@ -185,11 +236,7 @@ timed(libc.gethostbyname2, b'hbn6.test', socket.AF_INET6))\n",
             "{name}: {l:#?}"
         );
         let ours = ms(l[0]["duration_ns"].as_u64().unwrap());
-        assert!(
-            (ours - hbn_ms[i]).abs() <= 1.0 && ours >= DELAY_MS,
-            "{name}: ours {ours:.3} ms, the caller's {:.3} ms",
-            hbn_ms[i]
-        );
+        assert_between(name, ours, ns.server_ms(name), hbn_ms[i]);
         assert_eq!(l[0]["server"], "127.0.0.1", "its query seen on the wire");
     }
 }
@@ -299,17 +346,18 @@ fn dig_said(out: &std::process::Output) -> ((String, u64), f64) {
     ((field("status:"), field("id:").parse().unwrap()), time)
 }
 
-/// dig's "Query time" is read off its event loop's cached clock and printed
-/// in whole milliseconds: it came out up to 5 ms longer and 3 ms shorter
-/// than the server's injected delay here (147 ms for 150 injected), so it is
-/// checked within 6 ms. The injected delay is the exact check: ours holds
-/// it and at most 5 ms more (the server's thread start and sleep).
-fn assert_within_digs(r: &Value, dig_ms: f64) {
+/// dig's "Query time" is no clock around the lookup: read off its event
+/// loop's cached clock and printed in whole milliseconds, it came out up to
+/// 3.5 ms shorter than ours here, and up to 9.5 ms longer with the CPUs busy
+/// (the 20 runs of [`assert_between`]). So ours lies between the server's own
+/// time (as there) and dig's plus 6 ms.
+fn assert_within_digs(ns: &DnsNs, r: &Value, dig_ms: f64) {
     let ours = ms(r["duration_ns"].as_u64().unwrap());
+    let name = r["name"].as_str().unwrap();
+    let server_ms = ns.server_ms(name);
     assert!(
-        (ours - dig_ms).abs() <= 6.0 && (DELAY_MS..=DELAY_MS + 5.0).contains(&ours),
-        "{}: ours {ours:.3} ms, dig's {dig_ms} ms",
-        r["name"]
+        server_ms <= ours && ours <= dig_ms + 6.0,
+        "{name}: ours {ours:.3} ms, dig's {dig_ms} ms, the server's {server_ms:.3} ms"
     );
 }
 
@@ -401,7 +449,7 @@ require('dns').resolve4('cares.test', (err) => {\n\
     assert_eq!(r["server"], "127.0.0.1");
     assert_eq!(r["answers"], json!(["127.0.0.1"]));
     assert_eq!((&r["transport"], &r["retries"]), (&json!("udp"), &json!(0)));
-    assert_within_digs(r, ok_ms);
+    assert_within_digs(&ns, r, ok_ms);
 
     let r = only(&out, "dig", "tcp.test");
     assert_eq!(
@@ -409,7 +457,7 @@ require('dns').resolve4('cares.test', (err) => {\n\
         (&json!("tcp"), &json!("ok"))
     );
     assert_eq!(r["id"], json!(tcp_header.1));
-    assert_within_digs(r, tcp_ms);
+    assert_within_digs(&ns, r, tcp_ms);
 
     let r = only(&out, "dig", "v6wire.test");
     assert_eq!(
@@ -417,7 +465,7 @@ require('dns').resolve4('cares.test', (err) => {\n\
         (&json!("::1"), &json!("ok"), &json!(v6_header.1)),
         "{r:#}"
     );
-    assert_within_digs(r, v6_ms);
+    assert_within_digs(&ns, r, v6_ms);
 
     let r = only(&out, "dig", "nxwire.test");
     assert_eq!(
@@ -431,14 +479,19 @@ require('dns').resolve4('cares.test', (err) => {\n\
     let r = only(&out, "dig", "once.test");
     assert_eq!(
         (&r["retries"], &r["result"]),
-        (&json!(1), &json!("ok")),
+        (
+            &json!(retries_seen_by_server(&ns, "once.test")),
+            &json!("ok")
+        ),
         "{r:#}"
     );
+    assert_eq!(r["retries"], 1, "{r:#}");
     assert_eq!(r["rcode"], once_header.0);
     let ours = ms(r["duration_ns"].as_u64().unwrap());
+    let server_ms = ns.server_ms("once.test");
     assert!(
-        ours >= 1000.0 + DELAY_MS && ours <= 1000.0 + once_ms + 50.0,
-        "ours {ours:.3} ms; dig's 1 s timeout, then {once_ms} ms for the retry"
+        ours >= server_ms && ours <= 1000.0 + once_ms + 50.0,
+        "ours {ours:.3} ms, the server's {server_ms:.3} ms; dig's 1 s timeout, then {once_ms} ms for the retry"
     );
 
     // dig gives up after 1 s and closes its socket: a timeout.
@@ -461,19 +514,13 @@ require('dns').resolve4('cares.test', (err) => {\n\
         "{r:#}"
     );
     let ours = ms(r["duration_ns"].as_u64().unwrap());
-    assert!(
-        ours <= cares_ms + 0.1 && cares_ms - ours <= 2.0 && ours >= DELAY_MS,
-        "ours {ours:.3} ms, Node's {cares_ms:.3} ms"
-    );
+    assert_between("c-ares", ours, ns.server_ms("cares.test"), cares_ms);
 
     // The program's own resolver, and the connection its answer led to.
     let r = only(&out, "python3", "own-r.test");
     assert_eq!((&r["source"], &r["id"]), (&json!("wire"), &json!(0x4242)));
     let ours = ms(r["duration_ns"].as_u64().unwrap());
-    assert!(
-        (ours - own_ms).abs() <= 1.0,
-        "ours {ours:.3} ms, the client's {own_ms:.3} ms"
-    );
+    assert_between("own resolver", ours, ns.server_ms("own-r.test"), own_ms);
     let conn = out
         .records
         .iter()
@@ -565,10 +612,7 @@ fn musl_lookups() {
         );
         assert_eq!(r["server"], "127.0.0.1", "{r:#}");
         let ours = ms(r["duration_ns"].as_u64().unwrap());
-        assert!(
-            (ours - own_ms).abs() <= 1.0 && ours >= DELAY_MS,
-            "{name}: ours {ours:.3} ms, the program's {own_ms:.3} ms"
-        );
+        assert_between(name, ours, ns.server_ms(name), *own_ms);
     }
 }
 

@@ -16,10 +16,6 @@ use tests::*;
 
 const HS_MS: u32 = 100;
 const ANSWER_MS: u32 = 200;
-/// What the library and the test server add on top of an injected delay
-/// (the rest of the handshake, a wake-up): the measured time must lie in
-/// [delay, delay + SLACK].
-const SLACK_MS: f64 = 3.0;
 /// The test server's answer: headers and a 5-byte body.
 const RESPONSE_LEN: u64 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".len() as u64 + 5;
 
@@ -55,41 +51,42 @@ fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
     );
 }
 
-/// What a handshake costs here without an injected delay (the TLS stacks'
-/// own work, 1.5-3 ms on this VM under load), by a client's own clock: the
-/// smallest of five Python handshakes against a server that waits nothing.
-fn handshake_base_ms() -> f64 {
-    static BASE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *BASE.get_or_init(|| {
-        let cert = Cert::new();
-        let server = tls_server(&cert, "tls", 0, 0);
-        (0..5)
-            .map(|_| {
-                python_client(server.port, &[])[0]["handshake_ms"]
-                    .as_f64()
-                    .unwrap()
-            })
-            .fold(f64::INFINITY, f64::min)
-    })
-}
-
-/// A handshake with `delay` injected: at least the delay, and at most the
-/// delay plus what a handshake costs anyway plus the 3 ms tolerance.
+/// A handshake with `delay` injected: at least the delay. Its upper bound
+/// is a clock around it: the client's own (`assert_handshake_end`,
+/// `agrees_with_client`), or for a server or a client that prints no time,
+/// what encloses it. A bound from the injected delay plus a handshake's
+/// usual cost (3 ms before) failed under load: over 11 runs of this file,
+/// handshakes took up to 19 ms more than that with other builds running or a
+/// CPU spinning, and the clients' own clocks said the same: the time is real.
 fn assert_handshake(what: &str, got: f64, delay: u32) {
     let d = f64::from(delay);
-    let base = handshake_base_ms();
+    assert!(got >= d, "{what}: {got:.3} ms, injected {d} ms");
+}
+
+/// A client whose clock started before its connect() and read the end of
+/// its handshake after the TLS library returned: ours, from the connect's
+/// start to the handshake's end (`connect_ns + setup_ns + handshake_ns`),
+/// is never longer, but for `margin_ms` (the client's rounding). Phase by
+/// phase the two cannot be held within a tolerance: a late read of the
+/// client's clock at the connect's end (its poll loop, a busy CPU) moves
+/// time from its connect to its handshake (up to 2.7 ms more for curl's TLS
+/// phase than ours, 2.4 ms for Node's, over 6 runs of this file).
+fn assert_handshake_end(what: &str, r: &Value, client_ms: f64, margin_ms: f64) {
+    let tls = &r["tls"];
+    let ours = ms_of(&r["connect_ns"]) + ms_of(&tls["setup_ns"]) + ms_of(&tls["handshake_ns"]);
     assert!(
-        got >= d && got <= d + base + SLACK_MS,
-        "{what}: {got:.3} ms, injected {d} ms (+ {base:.3} ms without delay, + {SLACK_MS})"
+        ours <= client_ms + margin_ms,
+        "{what}: the handshake ended {ours:.3} ms after the connect began by ours, {client_ms:.3} ms by the client's clock"
     );
 }
 
+/// A wait with `delay` injected: at least the delay. Its upper bound is the
+/// client's clock around it, next to each call: a bound of the delay plus
+/// 3 ms held for TLS first bytes over 6 runs (at most 1.6 ms more), but the
+/// same wait on plain TCP took 5.8 ms more with a CPU spinning.
 fn assert_delay(what: &str, got: f64, delay: u32) {
     let d = f64::from(delay);
-    assert!(
-        got >= d && got <= d + SLACK_MS,
-        "{what}: {got:.3} ms, injected {d} ms (+{SLACK_MS})"
-    );
+    assert!(got >= d, "{what}: {got:.3} ms, injected {d} ms");
 }
 
 /// The one record whose `field` is `value`.
@@ -110,19 +107,26 @@ fn server_side<'a>(w: &'a Watched, client_port: &Value) -> &'a Value {
 /// A client's `tls` object against its own timers (`handshake_ms` from TCP
 /// connected, `ttfb_ms[0]`) within `tol` ms, and against the injected delays.
 fn agrees_with_client(who: &str, tls: &Value, client: &Value, tol: f64) {
-    let hs = ms_of(&tls["handshake_ns"]);
+    handshake_agrees(who, tls, client, tol);
     let ttfb = ms_of(&tls["ttfb_ns"]);
-    let own_hs = client["handshake_ms"].as_f64().unwrap();
     let own_ttfb = client["ttfb_ms"][0].as_f64().unwrap();
+    assert_near(&format!("{who} first byte"), ttfb, own_ttfb, tol);
+    assert_delay(&format!("{who} first byte"), ttfb, ANSWER_MS);
+}
+
+/// The handshake alone, against the client's `handshake_ms` within `tol`
+/// (a Python client's, from TCP connected to wrap_socket's return, differed
+/// from ours by -0.02..0.41 ms over 6 runs, half with a CPU spinning).
+fn handshake_agrees(who: &str, tls: &Value, client: &Value, tol: f64) {
+    let hs = ms_of(&tls["handshake_ns"]);
+    let own_hs = client["handshake_ms"].as_f64().unwrap();
     assert_near(
         &format!("{who} setup + handshake"),
         hs + ms_of(&tls["setup_ns"]),
         own_hs,
         tol,
     );
-    assert_near(&format!("{who} first byte"), ttfb, own_ttfb, tol);
     assert_handshake(&format!("{who} handshake"), hs, HS_MS);
-    assert_delay(&format!("{who} first byte"), ttfb, ANSWER_MS);
 }
 
 fn uprobe_events_of(observer_pid: u32) -> Vec<String> {
@@ -155,7 +159,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
             .arg(format!("tls.test:{port}:127.0.0.1"))
             .args([
                 "-w",
-                "%{time_connect} %{time_appconnect} %{time_starttransfer} %{local_port}",
+                "%{time_connect} %{time_appconnect} %{time_starttransfer} %{local_port} %{time_namelookup}",
             ])
             .arg(format!("https://tls.test:{port}/"))
             .output()
@@ -175,7 +179,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         uprobe_events_of(observer)
     );
     for t in &runs {
-        let (connect, app, start, lport) = (t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] as u64);
+        let (app, start, lport, lookup) = (t[1] * 1e3, t[2] * 1e3, t[3] as u64, t[4] * 1e3);
         let r = only(&out, "local_port", &json!(lport));
         let tls = &r["tls"];
         assert_eq!(r["comm"], "curl");
@@ -185,11 +189,11 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         assert_eq!(tls["handshake_error"], Value::Null);
         assert_eq!(tls["exchanges"], 1);
         assert_eq!(tls["plaintext_received"], RESPONSE_LEN);
-        // curl's own clock: appconnect - connect covers its TLS setup and
-        // the handshake; starttransfer - appconnect the wait for the answer.
+        // curl's own clock: its connect begins after time_namelookup and
+        // appconnect is read after the handshake (two µs roundings);
+        // starttransfer - appconnect is the wait for the answer.
         let hs = ms_of(&tls["handshake_ns"]);
-        let setup = ms_of(&tls["setup_ns"]);
-        assert_near("curl setup + handshake", setup + hs, app - connect, 1.0);
+        assert_handshake_end("curl", r, app - lookup, 0.002);
         assert_near("curl first byte", ms_of(&tls["ttfb_ns"]), start - app, 1.0);
         assert_handshake("curl handshake", hs, HS_MS);
         assert_delay("curl first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
@@ -198,8 +202,24 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         assert_eq!(s["pid"], server.pid());
         let stls = &s["tls"];
         assert_eq!(stls["ttfb_source"], "plaintext", "{s:#}");
-        assert_handshake("server handshake", ms_of(&stls["handshake_ns"]), HS_MS);
-        assert_delay("server answer", ms_of(&stls["ttfb_ns"]), ANSWER_MS);
+        // The server's handshake began after curl's connect did, and it
+        // answered after its handshake and before curl read the answer:
+        // both inside curl's clock from its name lookup to starttransfer.
+        let (shs, sanswer) = (ms_of(&stls["handshake_ns"]), ms_of(&stls["ttfb_ns"]));
+        assert_handshake("server handshake", shs, HS_MS);
+        assert!(
+            shs + sanswer <= start - lookup + 0.002,
+            "server handshake {shs:.3} ms + answer {sanswer:.3} ms, curl's {:.3} ms",
+            start - lookup
+        );
+        // The server read the request after curl wrote it and answered
+        // before curl read the answer: inside curl's wait.
+        let answer = ms_of(&stls["ttfb_ns"]);
+        assert!(
+            answer >= f64::from(ANSWER_MS) && answer <= start - app + 0.002,
+            "server answer: {answer:.3} ms, injected {ANSWER_MS} ms, curl's wait {:.3} ms",
+            start - app
+        );
         assert_eq!(stls["exchanges"], 1);
         assert_eq!(stls["plaintext_sent"], RESPONSE_LEN);
         assert_eq!(
@@ -243,11 +263,14 @@ fn python_node_and_gnutls_clients() {
             .arg(helper("tls_client.js"))
             .args([port.as_str(), "node.test"]),
     );
+    // wget prints no times: the test's clock around its run bounds them.
+    let t = std::time::Instant::now();
     let wget = Command::new("wget")
         .args(["-q", "--no-check-certificate", "-O", "/dev/null"])
         .arg(format!("https://127.0.0.1:{port}/"))
         .status()
         .unwrap();
+    let wget_ms = t.elapsed().as_secs_f64() * 1e3;
     assert!(wget.success());
     let out = w.stop();
 
@@ -275,17 +298,32 @@ fn python_node_and_gnutls_clients() {
         "{r:#}"
     );
     assert_eq!(tls["ttfb_source"], "plaintext");
-    // Node handshakes inside SSL_read/SSL_write; its own clock runs from the
-    // socket's connect to the secureConnect callback.
-    agrees_with_client("node", tls, n, 2.0);
+    // Node handshakes inside SSL_read/SSL_write. Its clock, read before
+    // tls.connect() and in the secureConnect callback, runs around our
+    // connect and handshake; from before its write to the first data
+    // callback, around our first byte.
+    assert_handshake_end("node", r, n["handshake_end_ms"].as_f64().unwrap(), 0.0);
+    let ttfb = ms_of(&tls["ttfb_ns"]);
+    assert!(
+        ttfb <= n["ttfb_ms"][0].as_f64().unwrap(),
+        "node first byte: ours {ttfb:.3} ms, Node's {}",
+        n["ttfb_ms"][0]
+    );
+    assert_handshake("node handshake", ms_of(&tls["handshake_ns"]), HS_MS);
+    assert_delay("node first byte", ttfb, ANSWER_MS);
 
     let r = only(&out, "comm", &json!("wget"));
     let tls = &r["tls"];
     assert_eq!(tls["library"], "gnutls", "{r:#}");
     assert_eq!(tls["ttfb_source"], "plaintext");
     assert_eq!(tls["plaintext_received"], RESPONSE_LEN);
-    assert_handshake("wget handshake", ms_of(&tls["handshake_ns"]), HS_MS);
-    assert_delay("wget first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    let (hs, ttfb) = (ms_of(&tls["handshake_ns"]), ms_of(&tls["ttfb_ns"]));
+    assert_handshake("wget handshake", hs, HS_MS);
+    assert_delay("wget first byte", ttfb, ANSWER_MS);
+    assert!(
+        hs + ttfb <= wget_ms,
+        "wget handshake {hs:.3} ms + first byte {ttfb:.3} ms, its run {wget_ms:.3} ms"
+    );
 }
 
 /// nginx from Debian's packages terminating TLS in front of a backend that
@@ -343,7 +381,15 @@ fn nginx_server_side() {
     assert_eq!(tls["library"], "openssl", "{s:#}");
     assert_eq!(tls["ttfb_source"], "plaintext");
     assert_eq!(tls["exchanges"], 3);
-    assert_delay("nginx time to answer", ms_of(&tls["ttfb_ns"]), BACKEND_MS);
+    // nginx's time to answer holds the backend's wait and its trips to the
+    // backend (4.1 ms past the wait once with a CPU spinning): it lies
+    // inside the client's wait for the first byte.
+    let answer = ms_of(&tls["ttfb_ns"]);
+    let client_wait = c["ttfb_ms"][0].as_f64().unwrap();
+    assert!(
+        answer >= f64::from(BACKEND_MS) && answer <= client_wait,
+        "nginx time to answer: {answer:.3} ms, the backend's wait {BACKEND_MS} ms, the client's {client_wait:.3} ms"
+    );
     assert_eq!(tls["plaintext_received"], c["sent"]);
     assert_eq!(tls["plaintext_sent"], c["received"]);
     // The server's handshake is part of what the client waited for.
@@ -379,8 +425,7 @@ fn client_started_before_the_observer() {
     let r = only(&out, "local_port", &result["local_port"]);
     let tls = &r["tls"];
     assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-    assert_handshake("handshake", ms_of(&tls["handshake_ns"]), HS_MS);
-    assert_delay("first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    agrees_with_client("early python", tls, &result, 1.0);
 }
 
 #[test]
@@ -454,17 +499,17 @@ fn without_plaintext_probes_times_come_from_the_socket() {
         ),
         (&Value::Null, &Value::Null, &Value::Null)
     );
-    assert_handshake(
-        "handshake (handshake probes stay)",
-        ms_of(&tls["handshake_ns"]),
-        HS_MS,
-    );
+    handshake_agrees("python (handshake probes stay)", tls, &c[0], 1.0);
     let s = server_side(&out, &c[0]["local_port"]);
     assert_eq!(s["tls"]["ttfb_source"], "socket");
-    assert_delay(
-        "server answer from the socket",
-        ms_of(&s["tls"]["ttfb_ns"]),
-        ANSWER_MS,
+    // The server read the request after the client sent it and answered
+    // before the client read it: inside the client's wait.
+    let answer = ms_of(&s["tls"]["ttfb_ns"]);
+    assert_delay("server answer from the socket", answer, ANSWER_MS);
+    let client_wait = c[0]["ttfb_ms"][0].as_f64().unwrap();
+    assert!(
+        answer <= client_wait,
+        "server answer {answer:.3} ms, the client's wait {client_wait:.3} ms"
     );
     assert_eq!(out.summary()["tls"]["plaintext_attached_total"], 0);
 }
@@ -566,6 +611,5 @@ fn a_library_only_another_mount_namespace_sees() {
     let tls = &r["tls"];
     assert_eq!(tls["library"], "openssl", "{r:#}");
     assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-    assert_handshake("handshake", ms_of(&tls["handshake_ns"]), HS_MS);
-    assert_delay("first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+    agrees_with_client("python in its mount namespace", tls, &result, 1.0);
 }

@@ -41,8 +41,10 @@ struct Pending {
     /// (socket cookie, id) of each query sent, first to last.
     queries: Vec<(u64, u16)>,
     libc: LibcKey,
-    /// A truncated answer came: the client asks again over TCP, on a socket
-    /// of its own, so the UDP socket's release does not end the lookup.
+    /// A truncated answer came (to this question, or to another of the same
+    /// library call on the same socket): the client asks again over TCP, on
+    /// a socket of its own, so the UDP socket's release does not end the
+    /// lookup.
     truncated: bool,
 }
 
@@ -82,11 +84,35 @@ fn result(msg: &Message) -> &'static str {
 }
 
 impl WireLookups {
-    /// Follows one port-53 message; a response that ends a lookup made
-    /// outside the C library gives its record.
-    pub fn packet(&mut self, ev: &DnsPacketEvent, clock: &Clock) -> Option<DnsRecord> {
+    /// Follows the DNS messages of one port-53 packet (one over UDP; over
+    /// TCP each after its two-byte length, several when the client wrote
+    /// them at once); the responses that end lookups made outside the C
+    /// library give their records.
+    pub fn packet(&mut self, ev: &DnsPacketEvent, clock: &Clock) -> Vec<DnsRecord> {
         let len = (ev.len as usize).min(ev.payload.len());
-        let msg = match message::parse(&ev.payload[..len]) {
+        let bytes = &ev.payload[..len];
+        let mut out = Vec::new();
+        if u16::from(ev.proto) != IPPROTO_TCP {
+            out.extend(self.message(ev, bytes, clock));
+            return out;
+        }
+        let mut at = 0;
+        while let Some(prefix) = bytes.get(at..at + 2) {
+            let start = at + 2;
+            let end = start + usize::from(u16::from_be_bytes([prefix[0], prefix[1]]));
+            // The last message may be cut at the bytes kept; a bare length
+            // (a client that writes it apart from the message) is nothing.
+            if start < bytes.len() {
+                out.extend(self.message(ev, &bytes[start..end.min(bytes.len())], clock));
+            }
+            at = end;
+        }
+        out
+    }
+
+    /// Follows one DNS message of `ev`.
+    fn message(&mut self, ev: &DnsPacketEvent, bytes: &[u8], clock: &Clock) -> Option<DnsRecord> {
+        let msg = match message::parse(bytes) {
             Ok(m) => m,
             Err(_) => {
                 self.malformed += 1;
@@ -168,9 +194,20 @@ impl WireLookups {
             }
         }
         if msg.truncated {
-            // The client asks again over TCP: the lookup goes on.
-            if let Some(p) = self.pending.get_mut(&id) {
-                p.truncated = true;
+            // The client asks again over TCP: the lookup goes on. glibc
+            // leaves the UDP socket at the first truncated answer of a call
+            // and asks all the call's questions again over TCP (res_send.c:
+            // send_dg, then send_vc), whichever of them was cut: the call's
+            // other questions on that socket wait for TCP too, rather than
+            // end as timeouts when the socket is closed.
+            let (libc, cookie) = (p.libc, ev.cookie);
+            for (&other, q) in &mut self.pending {
+                let same_call = libc != (0, 0)
+                    && q.libc == libc
+                    && q.queries.last().is_some_and(|x| x.0 == cookie);
+                if other == id || same_call {
+                    q.truncated = true;
+                }
             }
             return None;
         }
@@ -371,6 +408,18 @@ mod tests {
         }
     }
 
+    /// A TCP segment carrying `msgs`, each after its two-byte length.
+    fn tcp(ts: u64, egress: bool, cookie: u64, msgs: &[&[u8]], libc: u64) -> DnsPacketEvent {
+        let mut seg = Vec::new();
+        for m in msgs {
+            seg.extend_from_slice(&(m.len() as u16).to_be_bytes());
+            seg.extend_from_slice(m);
+        }
+        let mut ev = packet(ts, egress, cookie, &seg, libc);
+        ev.proto = IPPROTO_TCP as u8;
+        ev
+    }
+
     #[test]
     fn a_retry_is_one_lookup_and_late_answers_are_ignored() {
         let mut w = WireLookups::default();
@@ -378,16 +427,16 @@ mod tests {
         let q2 = query(2, "api.test", 1);
         assert!(w
             .packet(&packet(100 * MS, true, 7, &q1, 0), &CLOCK)
-            .is_none());
+            .is_empty());
         assert!(w
             .packet(&packet(1100 * MS, true, 7, &q2, 0), &CLOCK)
-            .is_none());
-        let r = w
-            .packet(
-                &packet(1150 * MS, false, 7, &response(&q2, 0, &[[1, 2, 3, 4]]), 0),
-                &CLOCK,
-            )
-            .expect("answered");
+            .is_empty());
+        let mut r = w.packet(
+            &packet(1150 * MS, false, 7, &response(&q2, 0, &[[1, 2, 3, 4]]), 0),
+            &CLOCK,
+        );
+        assert_eq!(r.len(), 1, "answered");
+        let r = r.remove(0);
         assert_eq!(r.source, "wire");
         assert_eq!(r.duration_ns, 1050 * MS, "from the first query");
         assert_eq!(r.retries, Some(1));
@@ -399,7 +448,7 @@ mod tests {
         let late = response(&q1, 0, &[[1, 2, 3, 4]]);
         assert!(w
             .packet(&packet(1200 * MS, false, 7, &late, 0), &CLOCK)
-            .is_none());
+            .is_empty());
         assert_eq!(w.pending_len(), 0);
     }
 
@@ -444,11 +493,11 @@ mod tests {
                 &packet(950 * MS, false, 7, &response(&qaaaa, 3, &[]), 0),
                 &CLOCK
             )
-            .is_none());
+            .is_empty());
         let answer = response(&query(9, "db.test", 1), 3, &[]);
         assert!(
             w.packet(&packet(990 * MS, false, 7, &answer, 0), &CLOCK)
-                .is_none(),
+                .is_empty(),
             "held for the library call, never a record of its own"
         );
         let mut r = crate::dns::record::tests::rec(10, 11, start, &[]);
@@ -490,20 +539,91 @@ mod tests {
         tc[2] |= 0x02;
         assert!(w
             .packet(&packet(110 * MS, false, 7, &tc, 0), &CLOCK)
-            .is_none());
+            .is_empty());
         assert!(
             w.released(7, 111 * MS, &CLOCK).is_empty(),
             "UDP socket closed"
         );
-        let mut tq = packet(112 * MS, true, 8, &query(2, "big.test", 1), 0);
-        tq.proto = IPPROTO_TCP as u8;
-        w.packet(&tq, &CLOCK);
-        let answer = response(&query(2, "big.test", 1), 0, &[[5, 5, 5, 5]]);
-        let r = w
-            .packet(&packet(130 * MS, false, 8, &answer, 0), &CLOCK)
-            .expect("answered over TCP");
-        assert_eq!((r.retries, r.transport), (Some(1), Some("tcp")));
-        assert_eq!(r.duration_ns, 30 * MS);
+        let q2 = query(2, "big.test", 1);
+        w.packet(&tcp(112 * MS, true, 8, &[&q2], 0), &CLOCK);
+        let answer = response(&q2, 0, &[[5, 5, 5, 5]]);
+        let r = w.packet(&tcp(130 * MS, false, 8, &[&answer], 0), &CLOCK);
+        assert_eq!(r.len(), 1, "answered over TCP");
+        assert_eq!((r[0].retries, r[0].transport), (Some(1), Some("tcp")));
+        assert_eq!(r[0].duration_ns, 30 * MS);
+        assert_eq!(r[0].answers, vec![IpAddr::V4(Ipv4Addr::new(5, 5, 5, 5))]);
+    }
+
+    /// glibc's getaddrinfo for both families: A and AAAA over UDP on one
+    /// socket; at the first truncated answer (either one: the server
+    /// answers them in any order) it closes the socket and writes both
+    /// queries again, same ids, in one TCP segment.
+    #[test]
+    fn a_library_call_moves_all_its_questions_to_tcp() {
+        for a_first in [true, false] {
+            let mut w = WireLookups::default();
+            let start = 50 * MS;
+            let (qa, qaaaa) = (query(5, "tc.test", 1), query(6, "tc.test", 28));
+            w.packet(&packet(100 * MS, true, 7, &qa, start), &CLOCK);
+            w.packet(&packet(100 * MS, true, 7, &qaaaa, start), &CLOCK);
+            let mut tc = response(if a_first { &qa } else { &qaaaa }, 0, &[]);
+            tc[2] |= 0x02;
+            assert!(w
+                .packet(&packet(250 * MS, false, 7, &tc, 0), &CLOCK)
+                .is_empty());
+            // The other truncated answer comes after the close: unseen.
+            assert!(w.released(7, 251 * MS, &CLOCK).is_empty());
+            w.packet(&tcp(252 * MS, true, 8, &[&qa, &qaaaa], start), &CLOCK);
+            assert_eq!(w.pending_len(), 2, "both questions followed over TCP");
+            for (ts, q, addrs) in [(400, &qa, &[[127, 0, 0, 1]][..]), (550, &qaaaa, &[])] {
+                let r = w.packet(
+                    &tcp(ts * MS, false, 8, &[&response(q, 0, addrs)], 0),
+                    &CLOCK,
+                );
+                assert!(r.is_empty(), "held for the library call");
+            }
+            let mut r = crate::dns::record::tests::rec(10, 11, start, &["127.0.0.1"]);
+            r.name = Arc::from("tc.test");
+            r.duration_ns = 501 * MS;
+            w.complete_libc(&mut r, 11, start, &CLOCK);
+            assert_eq!(
+                (r.retries, r.transport, r.rcode.as_deref(), r.id),
+                (Some(2), Some("tcp"), Some("NOERROR"), Some(5)),
+                "each question asked again once (A first: {a_first})"
+            );
+            assert_eq!(w.pending_len(), 0);
+            assert!(w.expire(u64::MAX / 2, &CLOCK).is_empty());
+        }
+    }
+
+    #[test]
+    fn messages_in_one_tcp_segment_and_a_cut_one() {
+        let mut w = WireLookups::default();
+        let (q1, q2) = (query(1, "one.test", 1), query(2, "two.test", 1));
+        w.packet(&tcp(100 * MS, true, 8, &[&q1, &q2], 0), &CLOCK);
+        assert_eq!(w.pending_len(), 2);
+        let (a1, a2) = (
+            response(&q1, 0, &[[1, 1, 1, 1]]),
+            response(&q2, 0, &[[2, 2, 2, 2]]),
+        );
+        let mut ev = tcp(120 * MS, false, 8, &[&a1, &a2], 0);
+        // The second message cut in its answer's address (at the bytes
+        // kept): its header and question still count.
+        ev.len -= 2;
+        let r = w.packet(&ev, &CLOCK);
+        let ip = IpAddr::V4(Ipv4Addr::new(1, 1, 1, 1));
+        assert_eq!(
+            r.iter()
+                .map(|r| (r.name.as_ref(), r.result, r.answers.clone()))
+                .collect::<Vec<_>>(),
+            vec![("one.test", "ok", vec![ip]), ("two.test", "ok", vec![])]
+        );
+        // A length written apart from its message is nothing to parse.
+        let mut bare = tcp(130 * MS, true, 9, &[], 0);
+        bare.payload[..2].copy_from_slice(&25u16.to_be_bytes());
+        bare.len = 2;
+        assert!(w.packet(&bare, &CLOCK).is_empty());
+        assert_eq!((w.malformed, w.pending_len()), (0, 0));
     }
 
     #[test]
@@ -511,7 +631,7 @@ mod tests {
         let mut w = WireLookups::default();
         assert!(w
             .packet(&packet(1, true, 7, &[1, 2, 3], 0), &CLOCK)
-            .is_none());
+            .is_empty());
         assert_eq!(w.malformed, 1);
     }
 }
