@@ -316,6 +316,6 @@ mod pod {
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
 const _: () = assert!(core::mem::size_of::<Conn>() == 160);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);
-const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 160 + 112);
+const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 160 + 120);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 24 + EXEC_PATH_LEN);

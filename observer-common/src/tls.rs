@@ -87,6 +87,10 @@ pub struct TlsConn {
     pub sk_send_after_recv_ns: u64,
     pub pt_sent: u64,
     pub pt_received: u64,
+    /// When the session these timings belong to was first seen: tells its
+    /// socket's entry from another connection's once the socket's address
+    /// is reused while a freed session still names it.
+    pub session_ns: u64,
     /// Last return value of a handshake call that did not complete it.
     pub hs_ret: i32,
     /// Reads with data that followed a write (client exchanges).
@@ -197,8 +201,8 @@ pub struct TlsNameEvent {
     pub name: [u8; SERVER_NAME_LEN],
 }
 
-const _: () = assert!(core::mem::size_of::<TlsConn>() == 112);
-const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 112 + SERVER_NAME_LEN + 8);
+const _: () = assert!(core::mem::size_of::<TlsConn>() == 120);
+const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 120 + SERVER_NAME_LEN + 8);
 const _: () = assert!(core::mem::size_of::<TlsCall>() == 40);
 const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);

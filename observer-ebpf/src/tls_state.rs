@@ -56,6 +56,7 @@ fn create(k: &TlsSessionKey, library: u8, flags: u8) -> Option<*mut TlsSession> 
     // SAFETY: the per-CPU scratch slot belongs to this program run.
     unsafe {
         core::ptr::write_bytes(scratch, 0, 1);
+        (*scratch).tls.session_ns = now_ns();
         (*scratch).tls.library = library;
         (*scratch).tls.flags = flags;
         if TLS_SESSIONS.insert(k, &*scratch, 0).is_err() {
@@ -64,6 +65,19 @@ fn create(k: &TlsSessionKey, library: u8, flags: u8) -> Option<*mut TlsSession> 
         }
     }
     TLS_SESSIONS.get_ptr_mut(k)
+}
+
+/// The socket entry of a session tied to one, if it is still this session's:
+/// the entry goes when the connection closes, and the socket's address may
+/// then be reused by another connection (of any process) while a freed
+/// session under a reused pointer still names it.
+#[inline(always)]
+fn socket_entry(session: *mut TlsSession) -> Option<*mut TlsConn> {
+    // SAFETY: `session` points at a live map value.
+    unsafe {
+        let t = TLS_CONNS.get_ptr_mut(&(*session).sk)?;
+        ((*t).session_ns == (*session).tls.session_ns).then_some(t)
+    }
 }
 
 /// Where a session's timings go: its connection's entry once tied to a
@@ -75,7 +89,7 @@ fn timings(session: *mut TlsSession) -> Option<*mut TlsConn> {
         if (*session).sk == 0 {
             Some(&mut (*session).tls)
         } else {
-            TLS_CONNS.get_ptr_mut(&(*session).sk)
+            socket_entry(session)
         }
     }
 }
@@ -90,7 +104,7 @@ fn finished(session: *mut TlsSession) -> bool {
         if (*session).sk == 0 {
             return (*session).tls.flags & TLS_HS_DONE != 0;
         }
-        match TLS_CONNS.get_ptr(&(*session).sk) {
+        match socket_entry(session) {
             Some(t) => (*t).flags & TLS_HS_DONE != 0,
             None => true,
         }
@@ -289,7 +303,10 @@ pub fn rw_exit(n: i64, ret: i32) -> Option<()> {
 pub fn set_server_name(ssl: u64, name: u64, library: u8) -> Option<()> {
     let (tgid, _) = current()?;
     let k = key(tgid, ssl);
+    // A name is set before the handshake: a session past it is a freed one
+    // whose pointer a new session reuses (its socket may be another's now).
     let session = match TLS_SESSIONS.get_ptr_mut(&k) {
+        Some(s) if finished(s) => create(&k, library, 0)?,
         Some(s) => s,
         None => create(&k, library, 0)?,
     };

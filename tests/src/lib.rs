@@ -93,14 +93,18 @@ pub struct Watched {
     pub status: ExitStatus,
 }
 
+/// The JSON summary among the lines an observer printed on stderr.
+pub fn summary_of(stderr: &[String]) -> Value {
+    let line = stderr
+        .iter()
+        .find_map(|l| l.strip_prefix("summary "))
+        .unwrap_or_else(|| panic!("no summary line in {stderr:?}"));
+    serde_json::from_str(line).unwrap()
+}
+
 impl Watched {
     pub fn summary(&self) -> Value {
-        let line = self
-            .stderr
-            .iter()
-            .find_map(|l| l.strip_prefix("summary "))
-            .unwrap_or_else(|| panic!("no summary line in {:?}", self.stderr));
-        serde_json::from_str(line).unwrap()
+        summary_of(&self.stderr)
     }
 
     /// Records whose `field` equals `value`.
@@ -231,6 +235,69 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         // A test that panicked mid-way must not leave an observer running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `observer run` (OTLP and Prometheus; nothing on stdout).
+pub struct Daemon {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Daemon {
+    /// Spawns `cmd` (an `observer run ...`) and waits for its `ready` line.
+    pub fn start(mut cmd: Command) -> Daemon {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = lines(child.stderr.take().unwrap());
+        let mut d = Daemon { child, stderr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match d.stderr.recv_timeout(left) {
+                Ok(line) if line.starts_with("ready") => return d,
+                Ok(line) => seen.push(line),
+                Err(_) => {
+                    let _ = d.child.kill();
+                    panic!("observer run never became ready; stderr: {seen:?}");
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM; the observer must exit cleanly. Returns what it printed on
+    /// stderr after `ready` (its warnings are echoed for a failing test).
+    pub fn stop(mut self) -> Vec<String> {
+        // Let the last events reach the ring buffer's reader.
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        let lines: Vec<String> = self.stderr.iter().collect();
+        for l in lines.iter().filter(|l| l.contains("WARN")) {
+            eprintln!("observer: {l}");
+        }
+        assert!(
+            status.success(),
+            "observer run exited {status}; stderr after ready: {lines:#?}"
+        );
+        lines
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // A failed test must not leave an observer running.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

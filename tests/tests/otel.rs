@@ -164,69 +164,14 @@ fn http_receiver() -> (Received, u16) {
 }
 
 /// `observer run` with `env` and `args`; waits for `ready`.
-struct Run {
-    child: Child,
-    stderr: std::sync::mpsc::Receiver<String>,
-}
-
-impl Run {
-    fn start(env: &[(&str, String)], args: &[&str]) -> Run {
-        let mut cmd = Command::new(observer_bin());
-        cmd.args(["run", "--json"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        let run = Run { child, stderr: rx };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let line = run
-                .stderr
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("observer run never became ready"));
-            if line.starts_with("ready") {
-                return run;
-            }
-        }
+/// `observer run --json ARGS` with `env` set.
+fn start(env: &[(&str, String)], args: &[&str]) -> Daemon {
+    let mut cmd = Command::new(observer_bin());
+    cmd.args(["run", "--json"]).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
     }
-
-    /// SIGTERM; returns the summary.
-    fn stop(self) -> Value {
-        std::thread::sleep(Duration::from_millis(300));
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let mut this = std::mem::ManuallyDrop::new(self);
-        let status = this.child.wait().unwrap();
-        assert!(status.success(), "observer run exited {status}");
-        let lines: Vec<String> = this.stderr.iter().collect();
-        // The observer's warnings, for a failing test's output.
-        for l in lines.iter().filter(|l| l.contains("WARN")) {
-            eprintln!("observer: {l}");
-        }
-        let line = lines
-            .iter()
-            .find_map(|l| l.strip_prefix("summary "))
-            .unwrap_or_else(|| panic!("no summary: {lines:?}"));
-        serde_json::from_str(line).unwrap()
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        // A failed test must not leave an observer running.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Daemon::start(cmd)
 }
 
 fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyV> {
@@ -435,7 +380,7 @@ fn exports_over(protocol: &str, rec: Received, port: u16) {
         ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_owned()),
         ("OTEL_METRIC_EXPORT_INTERVAL", "500".to_owned()),
     ];
-    let run = Run::start(
+    let run = start(
         &env,
         &[
             "--prometheus-listen",
@@ -446,7 +391,7 @@ fn exports_over(protocol: &str, rec: Received, port: u16) {
     );
     let url = format!("http://127.0.0.1:{}/", server.port);
     let runs: Vec<(u32, Vec<f64>)> = (0..3).map(|_| curl(&url)).collect();
-    let summary = run.stop();
+    let summary = summary_of(&run.stop());
     assert!(
         summary["export"]["spans_sent"].as_u64() >= Some(9),
         "{summary:#}"
@@ -483,7 +428,7 @@ fn prometheus_endpoint() {
     };
     let server = http_server(0);
     let listen = format!("127.0.0.1:{}", free_port());
-    let run = Run::start(
+    let run = start(
         &[],
         &[
             "--prometheus-listen",
@@ -609,7 +554,7 @@ fn tls_phases_match_the_clients_own_timings() {
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         format!("http://127.0.0.1:{port}"),
     )];
-    let run = Run::start(
+    let run = start(
         &env,
         &[
             "--prometheus-listen",
@@ -735,7 +680,7 @@ fn collector_outage() {
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         format!("http://127.0.0.1:{port}"),
     )];
-    let run = Run::start(
+    let run = start(
         &env,
         &[
             "--prometheus-listen",
@@ -744,7 +689,7 @@ fn collector_outage() {
             &server.port.to_string(),
         ],
     );
-    let pid = run.child.id();
+    let pid = run.pid();
     let load_until = Instant::now() + Duration::from_secs(40);
     let url = format!("http://127.0.0.1:{}/", server.port);
     let load = std::thread::spawn(move || {
@@ -783,7 +728,7 @@ fn collector_outage() {
     let (_, stop2) = serve_grpc(&back, port);
     let made = load.join().unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    let summary = run.stop();
+    let summary = summary_of(&run.stop());
     drop(stop2);
     assert!(made > 1000, "load made {made} connections");
     let export = &summary["export"];
@@ -812,7 +757,7 @@ fn a_real_prometheus_scrapes_the_histograms() {
     };
     let server = http_server(0);
     let listen = format!("127.0.0.1:{}", free_port());
-    let run = Run::start(
+    let run = start(
         &[],
         &[
             "--prometheus-listen",
@@ -897,7 +842,7 @@ fn otlp_grpc_over_tls() {
             cert.cert().display().to_string(),
         ),
     ];
-    let run = Run::start(
+    let run = start(
         &env,
         &[
             "--prometheus-listen",
@@ -908,7 +853,7 @@ fn otlp_grpc_over_tls() {
     );
     let url = format!("http://127.0.0.1:{}/", server.port);
     let (pid, _) = curl(&url);
-    let summary = run.stop();
+    let summary = summary_of(&run.stop());
     drop(stop);
     assert_eq!(summary["export"]["export_errors"], 0, "{summary:#}");
     let (_, root, _) = trace_of(&rec, pid);
@@ -942,7 +887,7 @@ fn otlp_http_over_tls() {
             cert.cert().display().to_string(),
         ),
     ];
-    let run = Run::start(
+    let run = start(
         &env,
         &[
             "--prometheus-listen",
@@ -952,7 +897,7 @@ fn otlp_http_over_tls() {
         ],
     );
     curl(&format!("http://127.0.0.1:{}/", server.port));
-    let summary = run.stop();
+    let summary = summary_of(&run.stop());
     let export = &summary["export"];
     assert_eq!(export["export_errors"], 0, "{export:#}");
     assert!(export["spans_sent"].as_u64() >= Some(3), "{export:#}");
@@ -977,7 +922,7 @@ fn lookups_as_spans_and_metrics() {
         ),
         ("OTEL_METRIC_EXPORT_INTERVAL", "500".to_owned()),
     ];
-    let run = Run::start(&env, &["--prometheus-listen", "none"]);
+    let run = start(&env, &["--prometheus-listen", "none"]);
     let out = ns.exec(&[
         "sh",
         "-c",
@@ -992,7 +937,7 @@ fn lookups_as_spans_and_metrics() {
     let namelookup_ms = lines.next().unwrap().trim().parse::<f64>().unwrap() * 1e3;
     let dig = ns.exec(&["dig", "+tries=1", "+timeout=2", "nxspan.test"]);
     assert!(dig.status.success());
-    let summary = run.stop();
+    let summary = summary_of(&run.stop());
     assert_eq!(summary["export"]["records_dropped"], 0, "{summary:#}");
 
     let (_, root, children) = trace_of(&rec, curl_pid);

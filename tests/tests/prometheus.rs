@@ -5,9 +5,9 @@
 #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::{SocketAddr, TcpStream},
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -30,73 +30,14 @@ const TRICKLE_EVERY: Duration = Duration::from_millis(300);
 /// over OTLP. `--port 1` and no per-call TLS probes keep the flood's own
 /// connections and other processes on the machine from adding records or
 /// descriptors: what changes is the endpoint's doing.
-struct Run {
-    child: Child,
-    stderr: std::sync::mpsc::Receiver<String>,
-}
-
-impl Run {
-    fn start(listen: SocketAddr) -> Run {
-        let mut child = Command::new(observer_bin())
-            .args(["run", "--prometheus-listen", &listen.to_string()])
-            .args(["--port", "1", "--tls-plaintext-probes", "off"])
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        let run = Run { child, stderr: rx };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let line = run
-                .stderr
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("observer run never became ready"));
-            if line.starts_with("ready") {
-                return run;
-            }
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGTERM; the observer must exit cleanly. Its warnings are printed.
-    fn stop(self) {
-        // `ready` is printed just before the SIGTERM handler is installed
-        // (watch.rs, `wait_for_stop`): a SIGTERM at once kills the process.
-        std::thread::sleep(Duration::from_millis(200));
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let mut this = std::mem::ManuallyDrop::new(self);
-        let status = this.child.wait().unwrap();
-        let lines: Vec<String> = this.stderr.iter().collect();
-        for l in lines.iter().filter(|l| l.contains("WARN")) {
-            eprintln!("observer: {l}");
-        }
-        assert!(
-            status.success(),
-            "observer run exited {status}; stderr after ready: {lines:#?}"
-        );
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        // A failed test must not leave an observer running.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn start(listen: SocketAddr) -> Daemon {
+    let mut cmd = Command::new(observer_bin());
+    cmd.args(["run", "--prometheus-listen", &listen.to_string()])
+        .args(["--port", "1", "--tls-plaintext-probes", "off"])
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
+    Daemon::start(cmd)
 }
 
 fn fds(pid: u32) -> usize {
@@ -256,7 +197,7 @@ fn floods_of_idle_and_trickling_connections_stay_bounded_and_scrapes_are_answere
     };
     raise_fd_limit((IDLE + TRICKLING + 1024) as u64);
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let run = Run::start(listen);
+    let run = start(listen);
     let pid = run.pid();
     // A first scrape, so that rendering's own allocations are in the baseline.
     scrape(listen, "before the flood");
@@ -339,7 +280,7 @@ fn wrong_method_and_path() {
         return;
     };
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let run = Run::start(listen);
+    let run = start(listen);
     let post = request(listen, "POST", "/metrics").unwrap();
     let delete = request(listen, "DELETE", "/").unwrap();
     let missing = request(listen, "GET", "/metricz").unwrap();
