@@ -65,6 +65,8 @@ pub enum EventKind {
     DnsPacket = 9,
     /// A socket that sent DNS queries was released ([`dns::DnsSockEvent`]).
     DnsSockReleased = 10,
+    /// A plaintext TLS read or write on an HTTP/1.x connection ([`tls::TlsDataEvent`]).
+    TlsData = 11,
 }
 
 impl EventKind {
@@ -80,6 +82,7 @@ impl EventKind {
             8 => Some(Self::Dns),
             9 => Some(Self::DnsPacket),
             10 => Some(Self::DnsSockReleased),
+            11 => Some(Self::TlsData),
             _ => None,
         }
     }

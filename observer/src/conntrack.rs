@@ -14,6 +14,7 @@ use crate::{
     clock::Clock,
     decode::Event,
     dns::{DnsRecord, Lookups, WireLookups},
+    http::RequestRecord,
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, Owner, State},
     tls::TlsRecord,
@@ -37,6 +38,8 @@ struct Live {
     last_snapshot_ns: u64,
     /// The connection was missing from CONNS at the previous snapshot pass.
     missing: bool,
+    /// Its HTTP/1.x requests, once its plaintext showed one.
+    http: Option<crate::http::Conversation>,
 }
 
 /// Interned thread names are forgotten past this many distinct ones.
@@ -57,6 +60,13 @@ pub struct ConnTable {
     pub wire: WireLookups,
     /// Lookup records not yet taken by the correlator.
     pub dns_out: Vec<DnsRecord>,
+    http_orphans_closed: u64,
+    /// Request records not yet taken by the correlator.
+    pub requests_out: Vec<RequestRecord>,
+    /// Keep the query string of request paths.
+    pub keep_query: bool,
+    /// Plaintext of connections whose owner was not known (dropped).
+    pub http_unowned: u64,
 }
 
 impl ConnTable {
@@ -70,6 +80,47 @@ impl ConnTable {
             lookups: Lookups::default(),
             wire: WireLookups::default(),
             dns_out: Vec::new(),
+            requests_out: Vec::new(),
+            http_orphans_closed: 0,
+            keep_query: false,
+            http_unowned: 0,
+        }
+    }
+
+    /// Answers seen without their request on the connections still open and
+    /// those closed (the per-process probes came in between).
+    pub fn http_orphans(&self) -> u64 {
+        self.http_orphans_closed
+            + self
+                .live
+                .values()
+                .filter_map(|l| l.http.as_ref())
+                .map(|c| c.orphans)
+                .sum::<u64>()
+    }
+
+    fn http_data(&mut self, ev: &observer_common::tls::TlsDataEvent) {
+        let Some(live) = self.live.get_mut(&ev.conn.sk) else {
+            self.http_unowned += 1;
+            return;
+        };
+        let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
+        let done = live
+            .http
+            .get_or_insert_with(Default::default)
+            .feed(ev, outbound);
+        if done.is_empty() {
+            return;
+        }
+        let conn = ConnRecord::new(&ev.conn, Some(&live.owner), &self.clock, State::Open);
+        for x in done {
+            self.requests_out.push(RequestRecord::new(
+                &x,
+                None,
+                &conn,
+                &self.clock,
+                self.keep_query,
+            ));
         }
     }
 
@@ -155,18 +206,31 @@ impl ConnTable {
                         server_name: None,
                         last_snapshot_ns: 0,
                         missing: false,
+                        http: None,
                     },
                 );
                 None
             }
             Event::Close(conn, tls) => {
-                let live = self.live.remove(&conn.sk);
+                let mut live = self.live.remove(&conn.sk);
                 let mut r = ConnRecord::new(
                     &conn,
                     live.as_ref().map(|l| &l.owner),
                     &self.clock,
                     State::Closed,
                 );
+                if let Some(mut c) = live.as_mut().and_then(|l| l.http.take()) {
+                    self.http_orphans_closed += c.orphans;
+                    if let Some((x, cut)) = c.close() {
+                        self.requests_out.push(RequestRecord::new(
+                            &x,
+                            cut,
+                            &r,
+                            &self.clock,
+                            self.keep_query,
+                        ));
+                    }
+                }
                 let name = live.and_then(|l| l.server_name);
                 r.tls = TlsRecord::new(
                     &tls,
@@ -203,6 +267,10 @@ impl ConnTable {
                     let name = String::from_utf8_lossy(&name[..len]);
                     live.server_name = Some(Arc::from(name.trim_end_matches('\0')));
                 }
+                None
+            }
+            Event::TlsData(ev) => {
+                self.http_data(&ev);
                 None
             }
             // For the TLS probe manager, not for the table.

@@ -13,6 +13,7 @@ pub mod ebpf;
 pub mod export;
 pub mod filter;
 pub mod gpu;
+pub mod http;
 pub mod libraries;
 pub mod observer;
 pub mod output;

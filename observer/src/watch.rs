@@ -250,6 +250,11 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         events: Stats::get(&stats.events),
         connections_closed: Stats::get(&stats.closed),
         dns_lookups: Stats::get(&stats.dns),
+        requests: Stats::get(&stats.requests),
+        http: crate::stats::HttpSummary {
+            answers_without_request: Stats::get(&stats.http_orphans),
+            unowned_calls: Stats::get(&stats.http_unowned),
+        },
         open_records: Stats::get(&stats.open),
         filtered: Stats::get(&stats.filtered),
         outbound_opened: k(Counter::OutboundOpened),
@@ -360,10 +365,11 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
     });
     let failed: u64 = s.program_attachments.iter().map(|p| p.failures).sum();
     format!(
-        "summary: {} connections closed, {} open-connection snapshots, {} dns lookups, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}, dns {}){tls}{export}; features: {}; {failed} program attachments failed",
+        "summary: {} connections closed, {} open-connection snapshots, {} dns lookups, {} requests, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}, dns {}){tls}{export}; features: {}; {failed} program attachments failed",
         s.connections_closed,
         s.open_records,
         s.dns_lookups,
+        s.requests,
         s.filtered,
         s.events,
         d.total(),

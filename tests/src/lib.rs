@@ -303,6 +303,18 @@ impl Drop for Daemon {
     }
 }
 
+/// Runs a helper that prints one JSON object per line; its lines.
+pub fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
+    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "{cmd:?} failed: {}", out.status);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Milliseconds from nanoseconds, for messages.
 pub fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6

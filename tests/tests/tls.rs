@@ -19,17 +19,6 @@ const ANSWER_MS: u32 = 200;
 /// The test server's answer: headers and a 5-byte body.
 const RESPONSE_LEN: u64 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".len() as u64 + 5;
 
-fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
-    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
-    assert!(out.status.success(), "{cmd:?} failed: {}", out.status);
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn python_client(port: u16, args: &[&str]) -> Vec<Value> {
     run_json_lines(
         Command::new("python3")

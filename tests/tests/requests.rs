@@ -1,0 +1,219 @@
+//! HTTP/1.x request records from TLS plaintext: a streaming OpenAI-compatible
+//! server of the tests' own (helpers/llm_server.py) and a client that times
+//! itself (helpers/llm_client.py), several requests on one kept-alive
+//! connection. Each record is checked against the client's own clock and
+//! the server's injected delays; model names, token counts and event counts
+//! exactly.
+//! Needs root (loads eBPF); see tests/src/lib.rs.
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
+
+use std::process::Command;
+
+use serde_json::Value;
+use tests::*;
+
+/// Injected: before the answer's head and first event, between content events.
+const FIRST_MS: f64 = 150.0;
+const GAP_MS: f64 = 30.0;
+const CHUNKS: u64 = 5;
+/// Our times against the client's own, taken a few microseconds away around
+/// the same library calls: ours were 0.05-0.13 ms below the client's over
+/// 3 runs of this file with a CPU spinning and the whole suite running.
+const TOL_MS: f64 = 2.0;
+/// The client waits this long after its handshake before its first request:
+/// under the `auto` policy the per-process probes of both processes go on
+/// when each starts its first TLS session, and take a few ms to arrive.
+const SETTLE_MS: &str = "300";
+
+fn llm_server(cert: &Cert) -> HelperServer {
+    HelperServer::spawn(
+        Command::new("python3")
+            .arg(helper("llm_server.py"))
+            .arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key())
+            .args(["--first-ms", &FIRST_MS.to_string()])
+            .args(["--gap-ms", &GAP_MS.to_string()])
+            .args(["--chunks", &CHUNKS.to_string()]),
+    )
+}
+
+fn llm_client(port: u16, args: &[&str]) -> Vec<Value> {
+    run_json_lines(
+        Command::new("python3")
+            .arg(helper("llm_client.py"))
+            .args(["--port", &port.to_string(), "--settle-ms", SETTLE_MS])
+            .args(args),
+    )
+}
+
+fn ms_of(v: &Value) -> f64 {
+    ms(v.as_u64()
+        .unwrap_or_else(|| panic!("not a number of ns: {v}")))
+}
+
+fn near(what: &str, got: f64, want: f64) {
+    eprintln!("{what}: ours {got:.3} ms, the client's {want:.3} ms");
+    assert!(
+        (got - want).abs() <= TOL_MS,
+        "{what}: {got:.3} ms, the client's own {want:.3} ms (± {TOL_MS})"
+    );
+}
+
+/// The request records of one connection, by direction, in order.
+fn requests<'a>(w: &'a Watched, client_port: &Value, direction: &str) -> Vec<&'a Value> {
+    let port_field = if direction == "outbound" {
+        "local_port"
+    } else {
+        "remote_port"
+    };
+    let mut v: Vec<&Value> = w
+        .records
+        .iter()
+        .filter(|r| {
+            r["kind"] == "request" && r["direction"] == direction && &r[port_field] == client_port
+        })
+        .collect();
+    v.sort_by_key(|r| r["start_unix_ns"].as_u64());
+    v
+}
+
+#[test]
+fn streamed_chat_completions_over_tls_each_request_timed() {
+    let Some(_serial) = begin("requests_streamed", &["openssl", "python3"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let server = llm_server(&cert);
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    // The server's per-process probes go on at its first TLS session, when
+    // its thread is already waiting in SSL_read for the first request: that
+    // request is not seen, and its connection's requests are not numbered.
+    let warm = llm_client(server.port, &["--no-stream", "--model", "warm"]);
+    let c = llm_client(server.port, &["--model", "tiny-a", "--model", "tiny-b"]);
+    let out = w.stop();
+    assert_eq!(c.len(), 2, "{c:?}");
+    let first = requests(&out, &warm[0]["local_port"], "outbound");
+    assert_eq!(first.len(), 1, "{first:#?}");
+    assert_eq!(first[0]["request_index"], 1);
+    let first_served = requests(&out, &warm[0]["local_port"], "inbound");
+    assert!(
+        first_served.iter().all(|r| r["request_index"].is_null()),
+        "requests on a connection the server's probes came late for: {first_served:#?}"
+    );
+    assert!(
+        out.summary()["http"]["answers_without_request"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+    let port = &c[0]["local_port"];
+    let client = requests(&out, port, "outbound");
+    let server_side = requests(&out, port, "inbound");
+    assert_eq!(
+        client.len(),
+        2,
+        "client records: {client:#?}\nall: {:#?}",
+        out.records
+    );
+    assert_eq!(server_side.len(), 2, "server records: {server_side:#?}");
+    // role + content chunks + finish + usage + [DONE]
+    let events = CHUNKS + 4;
+    for (i, (r, own)) in client.iter().zip(&c).enumerate() {
+        let model = ["tiny-a", "tiny-b"][i];
+        assert_eq!(r["request_index"], i as u64 + 1, "{r:#}");
+        assert_eq!(r["comm"], "python3");
+        assert_eq!(r["protocol"], "http/1.1");
+        assert_eq!(r["method"], "POST");
+        assert_eq!(r["path"], "/v1/chat/completions");
+        assert_eq!(r["host"], "llm.test");
+        assert_eq!(r["status"], 200);
+        assert_eq!(r["content_type"], "text/event-stream");
+        assert_eq!(r["streamed"], true);
+        assert_eq!(r["error"], Value::Null);
+        assert_eq!(r["request_bytes"], own["sent"]);
+        assert_eq!(r["response_bytes"], own["received"]);
+        let ttfb = ms_of(&r["ttfb_ns"]);
+        near("time to first byte", ttfb, own["ttfb_ms"].as_f64().unwrap());
+        assert!(
+            ttfb >= FIRST_MS,
+            "ttfb {ttfb} under the injected {FIRST_MS} ms"
+        );
+        assert_eq!(r["stream"]["events"], events, "{r:#}");
+        assert_eq!(own["events"], events);
+        let max_gap = ms_of(&r["stream"]["max_gap_ns"]);
+        assert!(max_gap >= GAP_MS, "max gap {max_gap} ms");
+        let g = &r["gen_ai"];
+        assert_eq!(g["provider"], "openai");
+        assert_eq!(g["operation"], "chat");
+        assert_eq!(g["request_model"], model);
+        assert_eq!(g["response_model"], format!("{model}-served"));
+        assert_eq!(g["stream"], true);
+        assert_eq!(g["input_tokens"], own["body_len"].as_u64().unwrap() % 1000);
+        assert_eq!(g["output_tokens"], CHUNKS);
+        assert_eq!(g["finish_reason"], "stop");
+        let ttft = ms_of(&g["time_to_first_token_ns"]);
+        near(
+            "time to first token",
+            ttft,
+            own["ttft_ms"].as_f64().unwrap(),
+        );
+        assert!(ttft >= FIRST_MS + GAP_MS, "ttft {ttft} ms");
+        // The server's view: its answer started after its injected wait,
+        // inside the client's wait for the first byte.
+        let s = server_side[i];
+        assert_eq!(s["request_index"], i as u64 + 1);
+        assert_eq!(s["status"], 200);
+        assert_eq!(s["gen_ai"]["request_model"], model);
+        assert_eq!(s["stream"]["events"], events);
+        let sttfb = ms_of(&s["ttfb_ns"]);
+        assert!(
+            sttfb >= FIRST_MS && sttfb <= ttfb,
+            "server ttfb {sttfb} ms: at least {FIRST_MS}, at most the client's {ttfb}"
+        );
+    }
+}
+
+#[test]
+fn a_plain_answer_an_error_and_a_reset_stream() {
+    let Some(_serial) = begin("requests_errors", &["openssl", "python3"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let server = llm_server(&cert);
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let plain = llm_client(
+        server.port,
+        &["--no-stream", "--model", "tiny", "--model", "fail"],
+    );
+    let reset = llm_client(server.port, &["--model", "reset"]);
+    let out = w.stop();
+    let r = requests(&out, &plain[0]["local_port"], "outbound");
+    assert_eq!(r.len(), 2, "{r:#?}");
+    assert_eq!(r[0]["status"], 200);
+    assert_eq!(r[0]["streamed"], false);
+    assert_eq!(r[0]["stream"], Value::Null);
+    assert_eq!(r[0]["content_type"], "application/json");
+    assert_eq!(r[0]["gen_ai"]["stream"], false);
+    assert_eq!(r[0]["gen_ai"]["output_tokens"], CHUNKS);
+    assert_eq!(
+        r[0]["gen_ai"]["input_tokens"],
+        plain[0]["body_len"].as_u64().unwrap() % 1000
+    );
+    near(
+        "time to first byte",
+        ms_of(&r[0]["ttfb_ns"]),
+        plain[0]["ttfb_ms"].as_f64().unwrap(),
+    );
+    assert_eq!(r[1]["status"], 500);
+    assert_eq!(r[1]["request_index"], 2);
+    assert_eq!(r[1]["gen_ai"]["input_tokens"], Value::Null);
+    assert_eq!(r[1]["gen_ai"]["output_tokens"], Value::Null);
+    let x = requests(&out, &reset[0]["local_port"], "outbound");
+    assert_eq!(x.len(), 1, "{x:#?}");
+    assert_eq!(x[0]["error"], "reset", "{:#}", x[0]);
+    // Role chunk and two content chunks came before the reset.
+    assert_eq!(x[0]["stream"]["events"], 3);
+    assert_eq!(reset[0]["events"], 3);
+}
