@@ -206,6 +206,11 @@ pub(crate) async fn correlate(
             return;
         }
         Stats::add(&stats.requests, 1);
+        if let Some(m) = &sinks.metrics {
+            if let Ok(mut m) = m.lock() {
+                m.record_request(&r);
+            }
+        }
         if let Some(out) = &sinks.out {
             if out.try_send(output::Line::Request(Box::new(r))).is_err() {
                 Stats::add(&stats.output_full, 1);

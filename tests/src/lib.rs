@@ -315,6 +315,38 @@ pub fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
         .collect()
 }
 
+/// A plain HTTP/1.1 exchange: (status, head, body), or why it failed.
+pub fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String, String), String> {
+    let t0 = Instant::now();
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("read after {:?}: {e}", t0.elapsed()))?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no complete head: {text:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status: {head:?}"))?;
+    Ok((status, head.to_owned(), body.to_owned()))
+}
+
 /// Milliseconds from nanoseconds, for messages.
 pub fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6

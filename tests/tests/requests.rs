@@ -217,3 +217,110 @@ fn a_plain_answer_an_error_and_a_reset_stream() {
     assert_eq!(x[0]["stream"]["events"], 3);
     assert_eq!(reset[0]["events"], 3);
 }
+
+/// The value of the Prometheus series `name` whose labels include all of
+/// `labels`.
+fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn llm_calls_in_the_metrics() {
+    let Some(_serial) = begin("requests_metrics", &["openssl", "python3"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let server = llm_server(&cert);
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut cmd = Command::new(observer_bin());
+    cmd.args(["run", "--prometheus-listen", &listen.to_string()])
+        .args(["--port", &server.port.to_string()])
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let run = Daemon::start(cmd);
+    let c = llm_client(server.port, &["--model", "tiny-m", "--model", "tiny-m"]);
+    // The correlator takes the records within its next batch.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (status, _, text) = http_request(listen, "GET", "/metrics").unwrap();
+    run.stop();
+    assert_eq!(status, 200);
+    let port = format!("server_port=\"{}\"", server.port);
+    let http = [
+        "http_request_method=\"POST\"",
+        "http_response_status_code=\"200\"",
+        "server_address=\"llm.test\"",
+        &port,
+    ];
+    assert_eq!(
+        series(&text, "http_client_request_duration_seconds_count", &http),
+        Some(2.0),
+        "{text}"
+    );
+    let model = [
+        "gen_ai_operation_name=\"chat\"",
+        "gen_ai_provider_name=\"openai\"",
+        "gen_ai_request_model=\"tiny-m\"",
+        "gen_ai_response_model=\"tiny-m-served\"",
+        &port,
+    ];
+    let with = |extra: &'static str| {
+        let mut v = model.to_vec();
+        v.push(extra);
+        v
+    };
+    let input = (c[0]["body_len"].as_u64().unwrap() % 1000) as f64;
+    assert_eq!(
+        series(
+            &text,
+            "gen_ai_client_token_usage_sum",
+            &with("gen_ai_token_type=\"input\"")
+        ),
+        Some(2.0 * input),
+        "{text}"
+    );
+    assert_eq!(
+        series(
+            &text,
+            "gen_ai_client_token_usage_sum",
+            &with("gen_ai_token_type=\"output\"")
+        ),
+        Some(2.0 * CHUNKS as f64)
+    );
+    assert_eq!(
+        series(
+            &text,
+            "gen_ai_client_operation_time_to_first_chunk_seconds_count",
+            &model
+        ),
+        Some(2.0)
+    );
+    // Both calls' times to the first token, summed, against the client's.
+    let ttft = series(
+        &text,
+        "gen_ai_client_operation_time_to_first_chunk_seconds_sum",
+        &model,
+    )
+    .unwrap()
+        * 1000.0;
+    let own: f64 = c.iter().map(|r| r["ttft_ms"].as_f64().unwrap()).sum();
+    assert!(
+        (ttft - own).abs() <= 2.0 * TOL_MS,
+        "{ttft} ms, the client's {own} ms"
+    );
+    let per_chunk = series(
+        &text,
+        "gen_ai_client_operation_time_per_output_chunk_seconds_count",
+        &model,
+    );
+    assert_eq!(per_chunk, Some(2.0));
+    assert_eq!(
+        series(
+            &text,
+            "gen_ai_client_operation_duration_seconds_count",
+            &model
+        ),
+        Some(2.0)
+    );
+}
