@@ -211,6 +211,11 @@ pub(crate) async fn correlate(
                 m.record_request(&r);
             }
         }
+        if let Some(tx) = &sinks.export {
+            if tx.try_send(Traced::Request(Box::new(r.clone()))).is_err() {
+                Stats::add(&stats.export_full, 1);
+            }
+        }
         if let Some(out) = &sinks.out {
             if out.try_send(output::Line::Request(Box::new(r))).is_err() {
                 Stats::add(&stats.output_full, 1);

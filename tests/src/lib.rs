@@ -475,6 +475,33 @@ pub fn tls_server(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Helper
     )
 }
 
+/// helpers/llm_server.py (an OpenAI-compatible server, HTTPS) with its
+/// injected waits; killed on drop.
+pub fn llm_server(cert: &Cert, first_ms: f64, gap_ms: f64, chunks: u64) -> HelperServer {
+    HelperServer::spawn(
+        Command::new("python3")
+            .arg(helper("llm_server.py"))
+            .arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key())
+            .args(["--first-ms", &first_ms.to_string()])
+            .args(["--gap-ms", &gap_ms.to_string()])
+            .args(["--chunks", &chunks.to_string()]),
+    )
+}
+
+/// helpers/llm_client.py: one line per request, its own times.
+pub fn llm_client(port: u16, settle_ms: u32, args: &[&str]) -> Vec<Value> {
+    run_json_lines(
+        Command::new("python3")
+            .arg(helper("llm_client.py"))
+            .args(["--port", &port.to_string()])
+            .args(["--settle-ms", &settle_ms.to_string()])
+            .args(args),
+    )
+}
+
 /// A test's start: its privileges and tools (see `require_root` and
 /// `require_tool`), then the lock that runs observers one at a time within a
 /// test binary: an observer that starts or stops attaches or closes its

@@ -1019,3 +1019,104 @@ fn histogram_count_where(rec: &Received, name: &str, key: &str, value: &str) -> 
         .map(|p| p.count)
         .sum()
 }
+
+/// An LLM API call as a trace: a CLIENT span `chat {model}` with the GenAI
+/// attributes, times within 2 ms of the client's own clock, and the
+/// server's SERVER span.
+#[test]
+fn llm_calls_as_traces() {
+    let Some(_serial) = begin("otlp_llm", &["openssl", "python3"]) else {
+        return;
+    };
+    let (rec, port) = grpc_receiver();
+    let cert = Cert::new();
+    let server = llm_server(&cert, 120.0, 20.0, 4);
+    let env = [(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{port}"),
+    )];
+    let run = start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server.port.to_string(),
+        ],
+    );
+    // A first connection: the server's probes go on at its first session.
+    llm_client(server.port, 300, &["--no-stream", "--model", "warm"]);
+    let c = llm_client(server.port, 300, &["--model", "tiny-t"]);
+    run.stop();
+    let spans: Vec<Span> = rec
+        .traces
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| ss.spans.clone())
+        .collect();
+    let calls: Vec<&Span> = spans.iter().filter(|s| s.name == "chat tiny-t").collect();
+    assert_eq!(calls.len(), 2, "client and server: {calls:#?}");
+    let client = calls
+        .iter()
+        .find(|s| s.kind == SpanKind::Client as i32)
+        .unwrap();
+    let server_span = calls
+        .iter()
+        .find(|s| s.kind == SpanKind::Server as i32)
+        .unwrap();
+    let a = |s: &Span, k: &str| s.attributes.iter().find(|kv| kv.key == k).cloned();
+    let str_of = |s: &Span, k: &str| match a(s, k).and_then(|kv| kv.value?.value) {
+        Some(AnyV::StringValue(v)) => v,
+        other => panic!("{k}: {other:?}"),
+    };
+    let int_of = |s: &Span, k: &str| match a(s, k).and_then(|kv| kv.value?.value) {
+        Some(AnyV::IntValue(v)) => v,
+        other => panic!("{k}: {other:?}"),
+    };
+    assert_eq!(str_of(client, "gen_ai.operation.name"), "chat");
+    assert_eq!(str_of(client, "gen_ai.provider.name"), "openai");
+    assert_eq!(str_of(client, "gen_ai.request.model"), "tiny-t");
+    assert_eq!(str_of(client, "gen_ai.response.model"), "tiny-t-served");
+    assert_eq!(str_of(client, "http.request.method"), "POST");
+    assert_eq!(str_of(client, "url.path"), "/v1/chat/completions");
+    assert_eq!(str_of(client, "server.address"), "llm.test");
+    assert_eq!(int_of(client, "server.port"), i64::from(server.port));
+    assert_eq!(int_of(client, "http.response.status_code"), 200);
+    assert_eq!(int_of(client, "gen_ai.usage.output_tokens"), 4);
+    assert_eq!(
+        int_of(client, "gen_ai.usage.input_tokens"),
+        (c[0]["body_len"].as_u64().unwrap() % 1000) as i64
+    );
+    let ttfc = match a(client, "gen_ai.response.time_to_first_chunk").and_then(|kv| kv.value?.value)
+    {
+        Some(AnyV::DoubleValue(v)) => v * 1000.0,
+        other => panic!("time_to_first_chunk: {other:?}"),
+    };
+    assert_near(
+        "time to first chunk",
+        ttfc,
+        c[0]["ttft_ms"].as_f64().unwrap(),
+        2.0,
+    );
+    let wait: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == client.span_id && s.name == "wait first byte")
+        .collect();
+    assert_eq!(wait.len(), 1);
+    let waited = (wait[0].end_time_unix_nano - wait[0].start_time_unix_nano) as f64 / 1e6;
+    assert_near(
+        "wait first byte",
+        waited,
+        c[0]["ttfb_ms"].as_f64().unwrap(),
+        2.0,
+    );
+    // The server's span starts inside the client's; it ends when the
+    // server's last write returns, which may be a little after the client's
+    // read of those bytes returned.
+    assert!(server_span.start_time_unix_nano >= client.start_time_unix_nano);
+    let late = server_span.end_time_unix_nano as f64 - client.end_time_unix_nano as f64;
+    assert!(late <= 2e6, "the server's span ends {late} ns after the client's");
+}

@@ -23,29 +23,14 @@ const TOL_MS: f64 = 2.0;
 /// The client waits this long after its handshake before its first request:
 /// under the `auto` policy the per-process probes of both processes go on
 /// when each starts its first TLS session, and take a few ms to arrive.
-const SETTLE_MS: &str = "300";
+const SETTLE_MS: u32 = 300;
 
-fn llm_server(cert: &Cert) -> HelperServer {
-    HelperServer::spawn(
-        Command::new("python3")
-            .arg(helper("llm_server.py"))
-            .arg("--cert")
-            .arg(cert.cert())
-            .arg("--key")
-            .arg(cert.key())
-            .args(["--first-ms", &FIRST_MS.to_string()])
-            .args(["--gap-ms", &GAP_MS.to_string()])
-            .args(["--chunks", &CHUNKS.to_string()]),
-    )
+fn server(cert: &Cert) -> HelperServer {
+    llm_server(cert, FIRST_MS, GAP_MS, CHUNKS)
 }
 
-fn llm_client(port: u16, args: &[&str]) -> Vec<Value> {
-    run_json_lines(
-        Command::new("python3")
-            .arg(helper("llm_client.py"))
-            .args(["--port", &port.to_string(), "--settle-ms", SETTLE_MS])
-            .args(args),
-    )
+fn client(port: u16, args: &[&str]) -> Vec<Value> {
+    llm_client(port, SETTLE_MS, args)
 }
 
 fn ms_of(v: &Value) -> f64 {
@@ -85,13 +70,13 @@ fn streamed_chat_completions_over_tls_each_request_timed() {
         return;
     };
     let cert = Cert::new();
-    let server = llm_server(&cert);
+    let server = server(&cert);
     let w = Watch::start(&["--port", &server.port.to_string()]);
     // The server's per-process probes go on at its first TLS session, when
     // its thread is already waiting in SSL_read for the first request: that
     // request is not seen, and its connection's requests are not numbered.
-    let warm = llm_client(server.port, &["--no-stream", "--model", "warm"]);
-    let c = llm_client(server.port, &["--model", "tiny-a", "--model", "tiny-b"]);
+    let warm = client(server.port, &["--no-stream", "--model", "warm"]);
+    let c = client(server.port, &["--model", "tiny-a", "--model", "tiny-b"]);
     let out = w.stop();
     assert_eq!(c.len(), 2, "{c:?}");
     let first = requests(&out, &warm[0]["local_port"], "outbound");
@@ -181,13 +166,13 @@ fn a_plain_answer_an_error_and_a_reset_stream() {
         return;
     };
     let cert = Cert::new();
-    let server = llm_server(&cert);
+    let server = server(&cert);
     let w = Watch::start(&["--port", &server.port.to_string()]);
-    let plain = llm_client(
+    let plain = client(
         server.port,
         &["--no-stream", "--model", "tiny", "--model", "fail"],
     );
-    let reset = llm_client(server.port, &["--model", "reset"]);
+    let reset = client(server.port, &["--model", "reset"]);
     let out = w.stop();
     let r = requests(&out, &plain[0]["local_port"], "outbound");
     assert_eq!(r.len(), 2, "{r:#?}");
@@ -233,14 +218,14 @@ fn llm_calls_in_the_metrics() {
         return;
     };
     let cert = Cert::new();
-    let server = llm_server(&cert);
+    let server = server(&cert);
     let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut cmd = Command::new(observer_bin());
     cmd.args(["run", "--prometheus-listen", &listen.to_string()])
         .args(["--port", &server.port.to_string()])
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
     let run = Daemon::start(cmd);
-    let c = llm_client(server.port, &["--model", "tiny-m", "--model", "tiny-m"]);
+    let c = client(server.port, &["--model", "tiny-m", "--model", "tiny-m"]);
     // The correlator takes the records within its next batch.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (status, _, text) = http_request(listen, "GET", "/metrics").unwrap();

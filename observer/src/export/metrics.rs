@@ -346,16 +346,7 @@ impl Metrics {
     /// view of its own calls is `http.server.request.duration`). No path or
     /// id is an attribute: series stay bounded.
     pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
-        let (server, port) = match r.direction {
-            Direction::Outbound => (
-                r.host
-                    .as_deref()
-                    .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name).to_owned())
-                    .unwrap_or_else(|| r.remote_addr.to_string()),
-                r.remote_port,
-            ),
-            Direction::Inbound => (r.local_addr.to_string(), r.local_port),
-        };
+        let (server, port) = r.server();
         let mut l: Labels = vec![
             (
                 "http.request.method",

@@ -154,6 +154,22 @@ impl RequestRecord {
         }
     }
 
+    /// `server.address` and `server.port`: for a client, the Host it asked
+    /// for (without its port) and the port it connected to; for a server,
+    /// its own address and port.
+    pub fn server(&self) -> (String, u16) {
+        match self.direction {
+            Direction::Outbound => (
+                self.host
+                    .as_deref()
+                    .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name).to_owned())
+                    .unwrap_or_else(|| self.remote_addr.to_string()),
+                self.remote_port,
+            ),
+            Direction::Inbound => (self.local_addr.to_string(), self.local_port),
+        }
+    }
+
     /// The line `observer watch` prints for it.
     pub fn text_line(&self) -> String {
         let dir = match self.direction {
