@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod dns;
+pub mod http;
 pub mod tls;
 pub mod tracepoints;
 
@@ -65,8 +66,8 @@ pub enum EventKind {
     DnsPacket = 9,
     /// A socket that sent DNS queries was released ([`dns::DnsSockEvent`]).
     DnsSockReleased = 10,
-    /// A plaintext TLS read or write on an HTTP/1.x connection ([`tls::TlsDataEvent`]).
-    TlsData = 11,
+    /// Plaintext of an HTTP/1.x connection ([`http::PlaintextEvent`]).
+    Plaintext = 11,
 }
 
 impl EventKind {
@@ -82,7 +83,7 @@ impl EventKind {
             8 => Some(Self::Dns),
             9 => Some(Self::DnsPacket),
             10 => Some(Self::DnsSockReleased),
-            11 => Some(Self::TlsData),
+            11 => Some(Self::Plaintext),
             _ => None,
         }
     }
@@ -181,7 +182,9 @@ pub struct Conn {
     pub flags: u8,
     /// The state the socket left for CLOSE.
     pub close_from_state: u32,
-    pub _pad: u32,
+    /// Whether a plain connection's payload is HTTP/1.x ([`http`]).
+    pub http: u8,
+    pub _pad: [u8; 3],
 }
 
 /// Record for [`EventKind::Owner`].

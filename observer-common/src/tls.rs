@@ -100,46 +100,11 @@ pub struct TlsConn {
     /// A [`library`] id; 0: no TLS seen on this connection.
     pub library: u8,
     pub flags: u8,
-    /// Whether the plaintext is HTTP/1.x ([`http`]), decided at the first
-    /// call that moves data: a connection that is not costs nothing more.
+    /// Whether the plaintext is HTTP/1.x ([`crate::http`]), decided at the
+    /// first call that moves data: a connection that is not costs nothing more.
     pub http: u8,
     pub _pad: u8,
 }
-
-/// [`TlsConn::http`] values.
-pub mod http {
-    pub const UNKNOWN: u8 = 0;
-    pub const YES: u8 = 1;
-    pub const NO: u8 = 2;
-}
-
-/// Bytes of a plaintext call's buffer a [`TlsDataEvent`] carries: all of
-/// it up to this size, else its first and last [`DATA_HALF`] bytes.
-pub const DATA_CAPTURE: usize = 1024;
-pub const DATA_HALF: usize = DATA_CAPTURE / 2;
-
-/// Record for [`crate::EventKind::TlsData`]: a plaintext read or write that
-/// moved data on an HTTP/1.x connection, with the connection as it stood.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TlsDataEvent {
-    pub hdr: crate::EventHeader,
-    pub conn: crate::Conn,
-    pub entry_ns: u64,
-    pub ret_ns: u64,
-    /// Bytes the call moved.
-    pub len: u32,
-    /// [`op::READ`] or [`op::WRITE`].
-    pub op: u8,
-    /// [`DATA_FROM_START`] when no byte moved on the socket between the
-    /// handshake and this call: what the call carries is the connection's
-    /// first exchange, not one after calls the probes missed.
-    pub flags: u8,
-    pub _pad: [u8; 2],
-    pub data: [u8; DATA_CAPTURE],
-}
-
-pub const DATA_FROM_START: u8 = 1;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -248,4 +213,3 @@ const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsProc>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsNameEvent>() == 32 + SERVER_NAME_LEN);
-const _: () = assert!(core::mem::size_of::<TlsDataEvent>() == 16 + 160 + 24 + DATA_CAPTURE);

@@ -3,10 +3,8 @@
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::ring_buf::RingBufEntry};
 use observer_common::{
-    tls::{
-        http, TlsBusyEvent, TlsDataEvent, TlsNameEvent, TlsProcessEvent, DATA_CAPTURE,
-        DATA_FROM_START, DATA_HALF, SERVER_NAME_LEN, TLS_MIDSTREAM,
-    },
+    http::{self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
+    tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
     CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
 };
 
@@ -172,7 +170,7 @@ pub fn emit_tls_busy(pid: u32, calls: u32, now: u64) {
 
 /// First four bytes of an HTTP/1.x request (a method) or response, as a
 /// little-endian u32.
-const HTTP_STARTS: [u32; 8] = [
+pub const HTTP_STARTS: [u32; 8] = [
     u32::from_le_bytes(*b"GET "),
     u32::from_le_bytes(*b"POST"),
     u32::from_le_bytes(*b"PUT "),
@@ -183,10 +181,16 @@ const HTTP_STARTS: [u32; 8] = [
     u32::from_le_bytes(*b"HTTP"),
 ];
 
+/// Whether a payload starting with these four bytes is HTTP/1.x.
+#[inline(always)]
+pub fn is_http(start: u32) -> bool {
+    HTTP_STARTS.contains(&start)
+}
+
 /// Copies `size` (at most [`DATA_CAPTURE`] - `at`) bytes of user memory at
 /// `src` into the record's data at `at`.
 #[inline(always)]
-unsafe fn copy_user(ev: *mut TlsDataEvent, at: usize, src: u64, size: u32) -> bool {
+unsafe fn copy_user(ev: *mut PlaintextEvent, at: usize, src: u64, size: u32) -> bool {
     use aya_ebpf::helpers::generated::bpf_probe_read_user;
     let dst = (*ev).data.as_mut_ptr().add(at).cast();
     // The verifier needs the bound right at the call.
@@ -201,7 +205,7 @@ unsafe fn copy_user(ev: *mut TlsDataEvent, at: usize, src: u64, size: u32) -> bo
 /// that moves data decides whether it is HTTP/1.x; one that is not is never
 /// copied again.
 #[inline(always)]
-pub fn emit_tls_data(
+pub fn emit_tls_plaintext(
     sk: u64,
     op: u8,
     buf: u64,
@@ -216,13 +220,14 @@ pub fn emit_tls_data(
     let Some(conn) = CONNS.get_ptr(&sk) else {
         return;
     };
-    let Some(mut entry) = reserve::<TlsDataEvent>(EventKind::TlsData, now) else {
+    let Some(mut entry) = reserve::<PlaintextEvent>(EventKind::Plaintext, now) else {
         return;
     };
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` points at a reserved record of the right size; `conn` at
     // a live map value.
     let ok = unsafe {
+        (*ev).flags = 0;
         (*ev).conn = *conn;
         (*ev).entry_ns = entry_ns;
         (*ev).ret_ns = now;
@@ -252,7 +257,7 @@ pub fn emit_tls_data(
         let start = unsafe {
             u32::from_le_bytes([(*ev).data[0], (*ev).data[1], (*ev).data[2], (*ev).data[3]])
         };
-        tls.http = if n >= 4 && HTTP_STARTS.contains(&start) {
+        tls.http = if n >= 4 && is_http(start) {
             http::YES
         } else {
             http::NO

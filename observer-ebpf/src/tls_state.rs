@@ -18,7 +18,7 @@ use observer_common::{
 
 use crate::{
     ctx::now_ns,
-    events::{emit_tls_busy, emit_tls_data, emit_tls_name, emit_tls_process},
+    events::{emit_tls_busy, emit_tls_name, emit_tls_plaintext, emit_tls_process},
     maps::{
         busy_calls, count, own_tgid, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH, TLS_SESSIONS,
     },
@@ -299,7 +299,7 @@ pub fn rw_exit(n: i64, ret: i32) -> Option<()> {
         tls.flags = (tls.flags & !TLS_LAST_WRITE) | TLS_LAST_READ;
     }
     if sk != 0 {
-        emit_tls_data(sk, call.op, call.buf, n as u64, call.entry_ns, now, tls);
+        emit_tls_plaintext(sk, call.op, call.buf, n as u64, call.entry_ns, now, tls);
     }
     Some(())
 }

@@ -38,8 +38,6 @@ struct Live {
     last_snapshot_ns: u64,
     /// The connection was missing from CONNS at the previous snapshot pass.
     missing: bool,
-    /// Its HTTP/1.x requests, once its plaintext showed one.
-    http: Option<crate::http::Conversation>,
 }
 
 /// Interned thread names are forgotten past this many distinct ones.
@@ -65,8 +63,9 @@ pub struct ConnTable {
     pub requests_out: Vec<RequestRecord>,
     /// Keep the query string of request paths.
     pub keep_query: bool,
-    /// Plaintext of connections whose owner was not known (dropped).
-    pub http_unowned: u64,
+    /// HTTP/1.x conversations by socket: kept apart from `live`, since a
+    /// server's first request arrives before its owner is known.
+    http: HashMap<u64, crate::http::Conversation>,
 }
 
 impl ConnTable {
@@ -83,36 +82,24 @@ impl ConnTable {
             requests_out: Vec::new(),
             http_orphans_closed: 0,
             keep_query: false,
-            http_unowned: 0,
+            http: HashMap::new(),
         }
     }
 
     /// Answers seen without their request on the connections still open and
     /// those closed (the per-process probes came in between).
     pub fn http_orphans(&self) -> u64 {
-        self.http_orphans_closed
-            + self
-                .live
-                .values()
-                .filter_map(|l| l.http.as_ref())
-                .map(|c| c.orphans)
-                .sum::<u64>()
+        self.http_orphans_closed + self.http.values().map(|c| c.orphans).sum::<u64>()
     }
 
-    fn http_data(&mut self, ev: &observer_common::tls::TlsDataEvent) {
-        let Some(live) = self.live.get_mut(&ev.conn.sk) else {
-            self.http_unowned += 1;
-            return;
-        };
+    fn http_data(&mut self, ev: &observer_common::http::PlaintextEvent) {
         let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
-        let done = live
-            .http
-            .get_or_insert_with(Default::default)
-            .feed(ev, outbound);
+        let done = self.http.entry(ev.conn.sk).or_default().feed(ev, outbound);
         if done.is_empty() {
             return;
         }
-        let conn = ConnRecord::new(&ev.conn, Some(&live.owner), &self.clock, State::Open);
+        let owner = self.live.get(&ev.conn.sk).map(|l| &l.owner);
+        let conn = ConnRecord::new(&ev.conn, owner, &self.clock, State::Open);
         for x in done {
             self.requests_out.push(RequestRecord::new(
                 &x,
@@ -206,20 +193,19 @@ impl ConnTable {
                         server_name: None,
                         last_snapshot_ns: 0,
                         missing: false,
-                        http: None,
                     },
                 );
                 None
             }
             Event::Close(conn, tls) => {
-                let mut live = self.live.remove(&conn.sk);
+                let live = self.live.remove(&conn.sk);
                 let mut r = ConnRecord::new(
                     &conn,
                     live.as_ref().map(|l| &l.owner),
                     &self.clock,
                     State::Closed,
                 );
-                if let Some(mut c) = live.as_mut().and_then(|l| l.http.take()) {
+                if let Some(mut c) = self.http.remove(&conn.sk) {
                     self.http_orphans_closed += c.orphans;
                     if let Some((x, cut)) = c.close() {
                         self.requests_out.push(RequestRecord::new(
@@ -269,7 +255,7 @@ impl ConnTable {
                 }
                 None
             }
-            Event::TlsData(ev) => {
+            Event::Plaintext(ev) => {
                 self.http_data(&ev);
                 None
             }
@@ -322,7 +308,11 @@ impl ConnTable {
         self.evicted += gone.len() as u64;
         for sk in gone {
             self.live.remove(&sk);
+            self.http.remove(&sk);
         }
+        // Conversations of sockets the table never knew, gone from CONNS.
+        self.http
+            .retain(|sk, _| self.live.contains_key(sk) || kernel.lookup(*sk).is_some());
         out
     }
 

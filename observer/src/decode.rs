@@ -1,7 +1,8 @@
 //! The one place that turns ring-buffer bytes into typed events.
 
 use observer_common::{
-    tls::{TlsBusyEvent, TlsDataEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
+    http::PlaintextEvent,
+    tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
     CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, TlsConn,
     EXEC_PATH_LEN,
 };
@@ -39,7 +40,7 @@ pub enum Event {
     /// A socket that sent DNS queries was released at `ts_ns`.
     DnsSockReleased { ts_ns: u64, cookie: u64 },
     /// A plaintext read or write on an HTTP/1.x TLS connection.
-    TlsData(Box<TlsDataEvent>),
+    Plaintext(Box<PlaintextEvent>),
     /// Process `pid` made `calls` plaintext TLS calls in one kernel rate window.
     TlsBusy { pid: u32, calls: u32 },
     /// The server name of the TLS connection on `sk`.
@@ -143,7 +144,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 calls: ev.calls,
             })
         }
-        EventKind::TlsData => Ok(Event::TlsData(Box::new(read(bytes, hdr.kind)?))),
+        EventKind::Plaintext => Ok(Event::Plaintext(Box::new(read(bytes, hdr.kind)?))),
         EventKind::TlsName => {
             let ev: TlsNameEvent = read(bytes, hdr.kind)?;
             Ok(Event::TlsName {

@@ -294,9 +294,6 @@ pub(crate) async fn correlate(
     stats
         .http_orphans
         .store(table.http_orphans(), std::sync::atomic::Ordering::Relaxed);
-    stats
-        .http_unowned
-        .store(table.http_unowned, std::sync::atomic::Ordering::Relaxed);
     export_unused(table.unused_lookups(u64::MAX, 0));
     CorrelatorEnd {
         evicted: table.evicted,

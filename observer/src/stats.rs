@@ -32,8 +32,6 @@ pub struct Stats {
     pub requests: AtomicU64,
     /// Answers seen without their request (per-process probes came between).
     pub http_orphans: AtomicU64,
-    /// Plaintext of connections whose owner was never known.
-    pub http_unowned: AtomicU64,
 }
 
 impl Stats {
@@ -98,8 +96,6 @@ pub struct HttpSummary {
     /// Answers whose request was not seen: the process's plaintext probes
     /// came in between (its first request, under the `auto` policy).
     pub answers_without_request: u64,
-    /// Plaintext calls on connections whose owner was not known.
-    pub unowned_calls: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

@@ -80,6 +80,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         mut probes,
         tls,
         dns,
+        http_plain,
         resolver_files,
         gpus,
         tracefs,
@@ -227,6 +228,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         probes: &probes,
         tls: &tls_report,
         dns: &dns,
+        http_plain: &http_plain,
         gpus: gpu_devices.as_ref().map(|n| *n),
         options: &options,
         emit_at_destroy,
@@ -253,7 +255,6 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         requests: Stats::get(&stats.requests),
         http: crate::stats::HttpSummary {
             answers_without_request: Stats::get(&stats.http_orphans),
-            unowned_calls: Stats::get(&stats.http_unowned),
         },
         open_records: Stats::get(&stats.open),
         filtered: Stats::get(&stats.filtered),

@@ -2,7 +2,7 @@
 """An OpenAI-compatible chat completions server of the tests' own, over
 HTTPS (--cert/--key) or plain HTTP, with known delays.
 
-POST /v1/chat/completions, keep-alive. With "stream": true it waits
+POST /v1/chat/completions, keep-alive; any GET gets "ok" after --first-ms. With "stream": true it waits
 --first-ms, sends the head and a role chunk, then --chunks content chunks
 --gap-ms apart, then a finish chunk, a usage chunk and [DONE] in one write
 (chunked server-sent events). Without it: one JSON answer with usage after
@@ -30,9 +30,11 @@ def event(obj):
 
 
 def read_request(f):
+    """(method, body) of the next request, or None at the end."""
     line = f.readline()
     if not line:
         return None
+    method = line.split(b" ", 1)[0]
     length = 0
     while True:
         h = f.readline()
@@ -41,7 +43,7 @@ def read_request(f):
         k, _, v = h.partition(b":")
         if k.strip().lower() == b"content-length":
             length = int(v.strip())
-    return f.read(length)
+    return method, f.read(length)
 
 
 def answer(s, body, a):
@@ -83,8 +85,12 @@ def serve(conn, ctx, a):
         s = ctx.wrap_socket(conn, server_side=True) if ctx else conn
         f = s.makefile("rb")
         while True:
-            body = read_request(f)
-            if body is None or not answer(s, body, a):
+            req = read_request(f)
+            if req is not None and req[0] == b"GET":
+                time.sleep(a.first_ms / 1000.0)
+                s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+                continue
+            if req is None or not answer(s, req[1], a):
                 # A reset: no TLS close_notify, SO_LINGER 0.
                 f.close()
                 s.close()

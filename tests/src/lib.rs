@@ -475,17 +475,19 @@ pub fn tls_server(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Helper
     )
 }
 
-/// helpers/llm_server.py (an OpenAI-compatible server, HTTPS) with its
-/// injected waits; killed on drop.
-pub fn llm_server(cert: &Cert, first_ms: f64, gap_ms: f64, chunks: u64) -> HelperServer {
-    HelperServer::spawn(
-        Command::new("python3")
-            .arg(helper("llm_server.py"))
-            .arg("--cert")
+/// helpers/llm_server.py (an OpenAI-compatible server; HTTPS with a
+/// certificate, plain HTTP without) with its injected waits; killed on drop.
+pub fn llm_server(cert: Option<&Cert>, first_ms: f64, gap_ms: f64, chunks: u64) -> HelperServer {
+    let mut cmd = Command::new("python3");
+    cmd.arg(helper("llm_server.py"));
+    if let Some(cert) = cert {
+        cmd.arg("--cert")
             .arg(cert.cert())
             .arg("--key")
-            .arg(cert.key())
-            .args(["--first-ms", &first_ms.to_string()])
+            .arg(cert.key());
+    }
+    HelperServer::spawn(
+        cmd.args(["--first-ms", &first_ms.to_string()])
             .args(["--gap-ms", &gap_ms.to_string()])
             .args(["--chunks", &chunks.to_string()]),
     )

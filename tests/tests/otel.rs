@@ -1030,7 +1030,7 @@ fn llm_calls_as_traces() {
     };
     let (rec, port) = grpc_receiver();
     let cert = Cert::new();
-    let server = llm_server(&cert, 120.0, 20.0, 4);
+    let server = llm_server(Some(&cert), 120.0, 20.0, 4);
     let env = [(
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         format!("http://127.0.0.1:{port}"),
@@ -1118,5 +1118,8 @@ fn llm_calls_as_traces() {
     // read of those bytes returned.
     assert!(server_span.start_time_unix_nano >= client.start_time_unix_nano);
     let late = server_span.end_time_unix_nano as f64 - client.end_time_unix_nano as f64;
-    assert!(late <= 2e6, "the server's span ends {late} ns after the client's");
+    assert!(
+        late <= 2e6,
+        "the server's span ends {late} ns after the client's"
+    );
 }

@@ -26,7 +26,7 @@ const TOL_MS: f64 = 2.0;
 const SETTLE_MS: u32 = 300;
 
 fn server(cert: &Cert) -> HelperServer {
-    llm_server(cert, FIRST_MS, GAP_MS, CHUNKS)
+    llm_server(Some(cert), FIRST_MS, GAP_MS, CHUNKS)
 }
 
 fn client(port: u16, args: &[&str]) -> Vec<Value> {
@@ -308,4 +308,110 @@ fn llm_calls_in_the_metrics() {
         ),
         Some(2.0)
     );
+}
+
+/// Plain HTTP (a local inference server's usual case): the packets of the
+/// connection, so a freshly started client's first request is seen, on
+/// both ends, with no wait for per-process probes.
+#[test]
+fn plain_http_streams_from_a_fresh_process() {
+    let Some(_serial) = begin("requests_plain", &["python3"]) else {
+        return;
+    };
+    let server = llm_server(None, FIRST_MS, GAP_MS, CHUNKS);
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let c = llm_client(
+        server.port,
+        0,
+        &["--plain", "--model", "tiny-p", "--model", "tiny-p"],
+    );
+    let out = w.stop();
+    let port = &c[0]["local_port"];
+    let client = requests(&out, port, "outbound");
+    let served = requests(&out, port, "inbound");
+    assert_eq!(client.len(), 2, "{:#?}", out.records);
+    assert_eq!(served.len(), 2, "{served:#?}");
+    for (i, ((r, s), own)) in client.iter().zip(&served).zip(&c).enumerate() {
+        for x in [r, s] {
+            assert_eq!(x["request_index"], i as u64 + 1, "{x:#}");
+            assert_eq!(x["method"], "POST");
+            assert_eq!(x["status"], 200);
+            assert_eq!(x["stream"]["events"], CHUNKS + 4);
+            assert_eq!(x["gen_ai"]["request_model"], "tiny-p");
+            assert_eq!(x["gen_ai"]["output_tokens"], CHUNKS);
+            assert_eq!(x["request_bytes"], own["sent"]);
+            assert_eq!(x["response_bytes"], own["received"]);
+        }
+        assert_eq!(r["comm"], "python3");
+        assert_eq!(s["pid"], server.pid());
+        near(
+            "time to first byte",
+            ms_of(&r["ttfb_ns"]),
+            own["ttfb_ms"].as_f64().unwrap(),
+        );
+        near(
+            "time to first token",
+            ms_of(&r["gen_ai"]["time_to_first_token_ns"]),
+            own["ttft_ms"].as_f64().unwrap(),
+        );
+        assert!(ms_of(&r["ttfb_ns"]) >= FIRST_MS);
+        // The server's answer began after its wait, inside the client's.
+        let sttfb = ms_of(&s["ttfb_ns"]);
+        assert!(
+            sttfb >= FIRST_MS && sttfb <= ms_of(&r["ttfb_ns"]),
+            "{sttfb}"
+        );
+    }
+}
+
+/// curl fetching several URLs over one kept-alive connection: each
+/// request's time to first byte against curl's own `-w` numbers
+/// (`time_starttransfer - time_pretransfer`).
+#[test]
+fn curl_keep_alive_requests_against_curls_clock() {
+    let Some(_serial) = begin("requests_curl", &["python3", "curl"]) else {
+        return;
+    };
+    let server = llm_server(None, FIRST_MS, GAP_MS, CHUNKS);
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("http://127.0.0.1:{}/item/{i}?q={i}", server.port))
+        .collect();
+    let mut cmd = Command::new("curl");
+    cmd.arg("-s").args([
+        "-w",
+        "%{local_port} %{time_pretransfer} %{time_starttransfer}\\n",
+    ]);
+    for u in &urls {
+        // -o applies to one URL.
+        cmd.args(["-o", "/dev/null", u]);
+    }
+    let out_curl = cmd.output().unwrap();
+    assert!(out_curl.status.success());
+    let out = w.stop();
+    let lines: Vec<Vec<f64>> = String::from_utf8(out_curl.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').map(|x| x.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    let port = Value::from(lines[0][0] as u64);
+    assert!(
+        lines.iter().all(|l| l[0] == lines[0][0]),
+        "one connection: {lines:?}"
+    );
+    let r = requests(&out, &port, "outbound");
+    assert_eq!(r.len(), 3, "{:#?}", out.records);
+    for (i, (x, l)) in r.iter().zip(&lines).enumerate() {
+        assert_eq!(x["request_index"], i as u64 + 1);
+        assert_eq!(x["method"], "GET");
+        // The query is dropped unless asked for.
+        assert_eq!(x["path"], format!("/item/{i}"));
+        assert_eq!(x["status"], 200);
+        assert_eq!(x["content_type"], "text/plain");
+        assert_eq!(x["gen_ai"], Value::Null);
+        let curls = (l[2] - l[1]) * 1000.0;
+        near("curl's time to first byte", ms_of(&x["ttfb_ns"]), curls);
+        assert!(ms_of(&x["ttfb_ns"]) >= FIRST_MS);
+    }
 }

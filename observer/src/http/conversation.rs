@@ -7,7 +7,10 @@
 //! server's request starts when its read returns and its answer at the
 //! entry of its first write.
 
-use observer_common::tls::{op, TlsDataEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF};
+use observer_common::{
+    http::{PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
+    tls::op,
+};
 
 use super::{
     gen_ai::{self, carries_content, Call},
@@ -68,7 +71,7 @@ pub struct Conversation {
 }
 
 /// The contiguous pieces of a call's bytes that were copied.
-fn pieces(ev: &TlsDataEvent) -> (&[u8], Option<&[u8]>) {
+fn pieces(ev: &PlaintextEvent) -> (&[u8], Option<&[u8]>) {
     let len = ev.len as usize;
     if len <= DATA_CAPTURE {
         (&ev.data[..len], None)
@@ -79,7 +82,7 @@ fn pieces(ev: &TlsDataEvent) -> (&[u8], Option<&[u8]>) {
 
 impl Conversation {
     /// Takes one call's bytes; returns the exchanges it completed.
-    pub fn feed(&mut self, ev: &TlsDataEvent, outbound: bool) -> Vec<Exchange> {
+    pub fn feed(&mut self, ev: &PlaintextEvent, outbound: bool) -> Vec<Exchange> {
         let wrote = ev.op == op::WRITE;
         let mut done = Vec::new();
         self.from_start
@@ -99,7 +102,7 @@ impl Conversation {
         Some((x, cut))
     }
 
-    fn request_bytes(&mut self, ev: &TlsDataEvent, outbound: bool, done: &mut Vec<Exchange>) {
+    fn request_bytes(&mut self, ev: &PlaintextEvent, outbound: bool, done: &mut Vec<Exchange>) {
         let t = if outbound { ev.entry_ns } else { ev.ret_ns };
         let (first, second) = pieces(ev);
         let starts = head::request(first);
@@ -147,7 +150,7 @@ impl Conversation {
         self.current = Some(x);
     }
 
-    fn response_bytes(&mut self, ev: &TlsDataEvent, outbound: bool, done: &mut Vec<Exchange>) {
+    fn response_bytes(&mut self, ev: &PlaintextEvent, outbound: bool, done: &mut Vec<Exchange>) {
         let t = if outbound { ev.ret_ns } else { ev.entry_ns };
         let end_t = ev.ret_ns;
         let (first, second) = pieces(ev);
@@ -237,7 +240,7 @@ mod tests {
 
     use super::*;
 
-    fn call(op: u8, t: u64, bytes: &[u8]) -> TlsDataEvent {
+    fn call(op: u8, t: u64, bytes: &[u8]) -> PlaintextEvent {
         let mut data = [0u8; DATA_CAPTURE];
         let len = bytes.len();
         if len <= DATA_CAPTURE {
@@ -246,7 +249,7 @@ mod tests {
             data[..DATA_HALF].copy_from_slice(&bytes[..DATA_HALF]);
             data[DATA_HALF..].copy_from_slice(&bytes[len - DATA_HALF..]);
         }
-        TlsDataEvent {
+        PlaintextEvent {
             hdr: Default::default(),
             conn: Conn::default(),
             entry_ns: t,
