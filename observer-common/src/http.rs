@@ -9,6 +9,25 @@ pub const NO: u8 = 2;
 /// Plain HTTP/1.x connections whose sequence numbers are followed at once.
 pub const MAX_HTTP_SOCKS: u32 = 65_536;
 
+/// What the packet programs keep per plain HTTP/1.x connection.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HttpSock {
+    /// Next sequence number expected each way (0: egress, 1: ingress; 0:
+    /// none seen yet).
+    pub next_seq: [u32; 2],
+    /// Start of the current rate window, and the segments copied in it.
+    pub window_start_ns: u64,
+    pub window_segments: u32,
+    pub _pad: u32,
+}
+
+/// Segments one plain connection may have copied per [`crate::tls::RATE_WINDOW_NS`]
+/// (50 ms) window, both ways together: 2,000 a second, as many as the TLS
+/// plaintext probes allow a process. A connection past it (a load test, a
+/// busy keep-alive API) is no longer copied, and counted.
+pub const BUSY_SEGMENTS: u32 = 100;
+
 /// Bytes of a call's buffer (or a packet's payload) a [`PlaintextEvent`]
 /// carries: all of it up to this size, else its first and last
 /// [`DATA_HALF`] bytes.

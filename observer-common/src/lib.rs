@@ -267,12 +267,18 @@ pub enum Counter {
     /// A socket that sent DNS queries could not be remembered (map full): its
     /// unanswered queries time out by age instead of at its release.
     DnsSockInsertFailed = 9,
+    /// Plain HTTP connections whose payload stopped being copied: they moved
+    /// more segments per window than [`http::BUSY_SEGMENTS`].
+    HttpBusy = 10,
+    /// Plain HTTP connections whose sequence state could not be stored (map
+    /// full): their payload is not copied.
+    HttpInsertFailed = 11,
 }
 
 pub const COUNTER_SLOTS: u32 = 16;
 
 impl Counter {
-    pub const ALL: [Counter; 10] = [
+    pub const ALL: [Counter; 12] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -283,6 +289,8 @@ impl Counter {
         Counter::TlsInsertFailed,
         Counter::TlsBound,
         Counter::DnsSockInsertFailed,
+        Counter::HttpBusy,
+        Counter::HttpInsertFailed,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -297,6 +305,8 @@ impl Counter {
             Counter::TlsInsertFailed => "kernel_tls_insert_failed",
             Counter::TlsBound => "tls_bound",
             Counter::DnsSockInsertFailed => "kernel_dns_sock_insert_failed",
+            Counter::HttpBusy => "http_busy_connections",
+            Counter::HttpInsertFailed => "kernel_http_insert_failed",
         }
     }
 
@@ -304,7 +314,10 @@ impl Counter {
     pub const fn is_loss(self) -> bool {
         matches!(
             self,
-            Counter::RingFull | Counter::ConnInsertFailed | Counter::TlsInsertFailed
+            Counter::RingFull
+                | Counter::ConnInsertFailed
+                | Counter::TlsInsertFailed
+                | Counter::HttpInsertFailed
         )
     }
 }

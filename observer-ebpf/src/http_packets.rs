@@ -18,23 +18,23 @@ use aya_ebpf::{
 };
 use observer_common::{
     http::{
-        self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF, DATA_PLAIN, MAX_HTTP_SOCKS,
+        self, HttpSock, PlaintextEvent, BUSY_SEGMENTS, DATA_CAPTURE, DATA_FROM_START, DATA_HALF,
+        DATA_PLAIN, MAX_HTTP_SOCKS,
     },
-    tls::op,
-    EventKind, FLAG_TLS, IPPROTO_TCP,
+    tls::{op, RATE_WINDOW_NS},
+    Counter, EventKind, FLAG_TLS, IPPROTO_TCP,
 };
 
 use crate::{
     cgroup_skb::layers,
     ctx::now_ns,
     events::{is_http, reserve, submit_flags},
-    maps::CONNS,
+    maps::{count, CONNS},
 };
 
-/// Next sequence number expected each way (0: egress, 1: ingress) on an
-/// HTTP/1.x connection.
-#[map(name = "HTTP_SEQ")]
-pub static HTTP_SEQ: LruHashMap<u64, [u32; 2]> = LruHashMap::with_max_entries(MAX_HTTP_SOCKS, 0);
+/// Sequence numbers and copy rate of each plain HTTP/1.x connection.
+#[map(name = "HTTP_SOCKS")]
+pub static HTTP_SOCKS: LruHashMap<u64, HttpSock> = LruHashMap::with_max_entries(MAX_HTTP_SOCKS, 0);
 
 #[cgroup_skb(egress)]
 pub fn http_egress(ctx: SkBuffContext) -> i32 {
@@ -97,6 +97,8 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     let seq = u32::from_be_bytes(ctx.load::<[u8; 4]>(l.l4 + 4).ok()?);
     let dir = usize::from(!egress);
     let first = conn.http == http::UNKNOWN;
+    let end = seq.wrapping_add(len as u32);
+    let now = now_ns();
     if first {
         let start = if len < 4 {
             0
@@ -107,28 +109,44 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
             conn.http = http::NO;
             return None;
         }
+        let mut st = HttpSock {
+            window_start_ns: now,
+            window_segments: 1,
+            ..HttpSock::default()
+        };
+        st.next_seq[dir & 1] = end;
+        if HTTP_SOCKS.insert(&key, &st, 0).is_err() {
+            count(Counter::HttpInsertFailed);
+            conn.http = http::NO;
+            return None;
+        }
         conn.http = http::YES;
-        let mut next = [0u32; 2];
-        next[dir] = seq.wrapping_add(len as u32);
-        // The other way's first segment sets its own.
-        let _ = HTTP_SEQ.insert(&key, &next, 0);
     } else {
-        let next = HTTP_SEQ.get_ptr_mut(&key)?;
+        let Some(st) = HTTP_SOCKS.get_ptr_mut(&key) else {
+            // Evicted (the map is an LRU): nothing more is copied.
+            conn.http = http::NO;
+            return None;
+        };
         // SAFETY: a live map value.
-        let next = unsafe { &mut *next };
-        let want = if dir == 0 { next[0] } else { next[1] };
-        let end = seq.wrapping_add(len as u32);
-        // Bytes already seen (a retransmission): at or before what we expect.
+        let st = unsafe { &mut *st };
+        let want = st.next_seq[dir & 1];
+        // Bytes already seen (a retransmission) end at or before what we expect.
         if want != 0 && (end.wrapping_sub(want) as i32) <= 0 {
             return None;
         }
-        if dir == 0 {
-            next[0] = end;
-        } else {
-            next[1] = end;
+        st.next_seq[dir & 1] = end;
+        if now.saturating_sub(st.window_start_ns) > RATE_WINDOW_NS {
+            st.window_start_ns = now;
+            st.window_segments = 0;
+        }
+        st.window_segments += 1;
+        if st.window_segments > BUSY_SEGMENTS {
+            count(Counter::HttpBusy);
+            conn.http = http::NO;
+            let _ = HTTP_SOCKS.remove(&key);
+            return None;
         }
     }
-    let now = now_ns();
     let mut entry = reserve::<PlaintextEvent>(EventKind::Plaintext, now)?;
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` is a reserved record of the right size.

@@ -207,7 +207,13 @@ impl ConnTable {
                 );
                 if let Some(mut c) = self.http.remove(&conn.sk) {
                     self.http_orphans_closed += c.orphans;
-                    if let Some((x, cut)) = c.close() {
+                    // A plain connection whose copying stopped (busy): what
+                    // was in flight is not known to have ended badly. (A TLS
+                    // connection's own packets are never HTTP: its plaintext
+                    // comes from the library.)
+                    let stopped =
+                        conn.flags & FLAG_TLS == 0 && conn.http == observer_common::http::NO;
+                    if let Some((x, cut)) = c.close().filter(|_| !stopped) {
                         self.requests_out.push(RequestRecord::new(
                             &x,
                             cut,

@@ -383,6 +383,11 @@ fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &ebpf::KernelCounters) {
         ("output", Stats::get(&stats.output_full)),
         ("exporter", Stats::get(&stats.export_full)),
         ("dns", Stats::get(&stats.dns_overflow)),
+        // Plain HTTP connections no longer copied (busy) or never (table full).
+        (
+            "http",
+            counters.get(Counter::HttpBusy) + counters.get(Counter::HttpInsertFailed),
+        ),
     ];
     if let Ok(mut m) = m.lock() {
         for (stage, v) in stages {

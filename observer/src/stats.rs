@@ -96,6 +96,11 @@ pub struct HttpSummary {
     /// Answers whose request was not seen: the process's plaintext probes
     /// came in between (its first request, under the `auto` policy).
     pub answers_without_request: u64,
+    /// Plain connections whose payload stopped being copied: over 2,000
+    /// segments a second.
+    pub busy_connections: u64,
+    /// Plain connections not copied: the kernel's table of them was full.
+    pub insert_failed: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

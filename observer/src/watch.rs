@@ -255,6 +255,8 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         requests: Stats::get(&stats.requests),
         http: crate::stats::HttpSummary {
             answers_without_request: Stats::get(&stats.http_orphans),
+            busy_connections: k(Counter::HttpBusy),
+            insert_failed: k(Counter::HttpInsertFailed),
         },
         open_records: Stats::get(&stats.open),
         filtered: Stats::get(&stats.filtered),

@@ -331,6 +331,7 @@ fn plain_http_streams_from_a_fresh_process() {
     let served = requests(&out, port, "inbound");
     assert_eq!(client.len(), 2, "{:#?}", out.records);
     assert_eq!(served.len(), 2, "{served:#?}");
+    let (mut ttfb_gaps, mut ttft_gaps) = (Vec::new(), Vec::new());
     for (i, ((r, s), own)) in client.iter().zip(&served).zip(&c).enumerate() {
         for x in [r, s] {
             assert_eq!(x["request_index"], i as u64 + 1, "{x:#}");
@@ -344,17 +345,18 @@ fn plain_http_streams_from_a_fresh_process() {
         }
         assert_eq!(r["comm"], "python3");
         assert_eq!(s["pid"], server.pid());
-        near(
+        ttfb_gaps.push(on_the_wire(
             "time to first byte",
             ms_of(&r["ttfb_ns"]),
+            FIRST_MS,
             own["ttfb_ms"].as_f64().unwrap(),
-        );
-        near(
+        ));
+        ttft_gaps.push(on_the_wire(
             "time to first token",
             ms_of(&r["gen_ai"]["time_to_first_token_ns"]),
+            FIRST_MS + GAP_MS,
             own["ttft_ms"].as_f64().unwrap(),
-        );
-        assert!(ms_of(&r["ttfb_ns"]) >= FIRST_MS);
+        ));
         // The server's answer began after its wait, inside the client's.
         let sttfb = ms_of(&s["ttfb_ns"]);
         assert!(
@@ -362,6 +364,31 @@ fn plain_http_streams_from_a_fresh_process() {
             "{sttfb}"
         );
     }
+    least_disturbed("time to first byte", &ttfb_gaps);
+    least_disturbed("time to first token", &ttft_gaps);
+}
+
+/// On plain TCP the times are the segments': a request's left after the
+/// client's own start mark, the answer's arrived before the client got to
+/// it. With both CPUs busy the client was seen to take 3-4 ms more to get to
+/// bytes already there, so each time is bounded by that order (and the
+/// server's injected wait), and the least disturbed of a test's requests
+/// must agree with the client's within TOL_MS. Returns ours - the client's.
+fn on_the_wire(what: &str, ours: f64, injected: f64, client: f64) -> f64 {
+    eprintln!("{what}: ours {ours:.3} ms, the client's {client:.3} ms");
+    assert!(
+        ours >= injected && ours <= client + 0.01,
+        "{what}: ours {ours:.3} ms, injected {injected} ms, the client's own {client:.3} ms"
+    );
+    ours - client
+}
+
+fn least_disturbed(what: &str, gaps: &[f64]) {
+    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
+    assert!(
+        closest <= TOL_MS,
+        "{what}, ours - the client's: {gaps:?} ms"
+    );
 }
 
 /// curl fetching several URLs over one kept-alive connection: each
@@ -402,6 +429,7 @@ fn curl_keep_alive_requests_against_curls_clock() {
     );
     let r = requests(&out, &port, "outbound");
     assert_eq!(r.len(), 3, "{:#?}", out.records);
+    let mut gaps = Vec::new();
     for (i, (x, l)) in r.iter().zip(&lines).enumerate() {
         assert_eq!(x["request_index"], i as u64 + 1);
         assert_eq!(x["method"], "GET");
@@ -410,8 +438,59 @@ fn curl_keep_alive_requests_against_curls_clock() {
         assert_eq!(x["status"], 200);
         assert_eq!(x["content_type"], "text/plain");
         assert_eq!(x["gen_ai"], Value::Null);
+        // Segment times against curl's own: curl's keep-alive numbers
+        // were once 2.2 ms under the server's injected wait, so only the
+        // wait bounds each request, and the least disturbed one must agree
+        // with curl within TOL_MS.
+        let ours = ms_of(&x["ttfb_ns"]);
         let curls = (l[2] - l[1]) * 1000.0;
-        near("curl's time to first byte", ms_of(&x["ttfb_ns"]), curls);
-        assert!(ms_of(&x["ttfb_ns"]) >= FIRST_MS);
+        eprintln!("curl's time to first byte: ours {ours:.3} ms, curl's {curls:.3} ms");
+        assert!(ours >= FIRST_MS, "request {i}: {ours:.3} ms");
+        gaps.push(ours - curls);
+    }
+    least_disturbed("curl's time to first byte", &gaps);
+}
+
+/// A plain keep-alive connection moving over 2,000 segments a second (a
+/// load test) stops being copied: counted, its requests seen until then are
+/// whole, and the one in flight is not reported as failed.
+#[test]
+fn a_busy_plain_connection_stops_being_copied() {
+    let Some(_serial) = begin("requests_busy", &["python3", "curl"]) else {
+        return;
+    };
+    let server = llm_server(None, 0.0, 0.0, 1);
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    const N: usize = 1000;
+    let url = format!("http://127.0.0.1:{}/n/[1-{N}]", server.port);
+    let out_curl = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{local_port}\\n", &url])
+        .output()
+        .unwrap();
+    assert!(out_curl.status.success());
+    let out = w.stop();
+    let ports: std::collections::HashSet<String> = String::from_utf8(out_curl.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(ports.len(), 1, "one connection");
+    let port = Value::from(ports.iter().next().unwrap().parse::<u64>().unwrap());
+    let seen = requests(&out, &port, "outbound");
+    let summary = out.summary();
+    assert!(
+        summary["http"]["busy_connections"].as_u64().unwrap() >= 1,
+        "{:#}",
+        summary["http"]
+    );
+    assert!(
+        !seen.is_empty() && seen.len() < N,
+        "{} of {N} requests seen",
+        seen.len()
+    );
+    for (i, r) in seen.iter().enumerate() {
+        assert_eq!(r["request_index"], i as u64 + 1);
+        assert_eq!(r["status"], 200);
+        assert_eq!(r["error"], Value::Null, "{r:#}");
     }
 }
