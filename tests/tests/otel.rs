@@ -164,6 +164,23 @@ fn http_receiver() -> (Received, u16) {
 }
 
 /// `observer run` with `env` and `args`; waits for `ready`.
+/// `observer run` sending OTLP/gRPC to `port`, for connections on `server_port`.
+fn exporting_to(port: u16, server_port: u16) -> Daemon {
+    let env = [(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{port}"),
+    )];
+    start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server_port.to_string(),
+        ],
+    )
+}
+
 /// `observer run --json ARGS` with `env` set.
 fn start(env: &[(&str, String)], args: &[&str]) -> Daemon {
     let mut cmd = Command::new(observer_bin());
@@ -550,19 +567,7 @@ fn tls_phases_match_the_clients_own_timings() {
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", 100, 200);
     let (rec, port) = grpc_receiver();
-    let env = [(
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        format!("http://127.0.0.1:{port}"),
-    )];
-    let run = start(
-        &env,
-        &[
-            "--prometheus-listen",
-            "none",
-            "--port",
-            &server.port.to_string(),
-        ],
-    );
+    let run = exporting_to(port, server.port);
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -676,19 +681,7 @@ fn collector_outage() {
     let server = http_server(0);
     let rec = Received::default();
     let (port, stop) = serve_grpc(&rec, 0);
-    let env = [(
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        format!("http://127.0.0.1:{port}"),
-    )];
-    let run = start(
-        &env,
-        &[
-            "--prometheus-listen",
-            "none",
-            "--port",
-            &server.port.to_string(),
-        ],
-    );
+    let run = exporting_to(port, server.port);
     let pid = run.pid();
     let load_until = Instant::now() + Duration::from_secs(40);
     let url = format!("http://127.0.0.1:{}/", server.port);
@@ -1031,19 +1024,7 @@ fn llm_calls_as_traces() {
     let (rec, port) = grpc_receiver();
     let cert = Cert::new();
     let server = llm_server(Some(&cert), 120.0, 20.0, 4);
-    let env = [(
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        format!("http://127.0.0.1:{port}"),
-    )];
-    let run = start(
-        &env,
-        &[
-            "--prometheus-listen",
-            "none",
-            "--port",
-            &server.port.to_string(),
-        ],
-    );
+    let run = exporting_to(port, server.port);
     // A first connection: the server's probes go on at its first session.
     llm_client(server.port, 300, &["--no-stream", "--model", "warm"]);
     let c = llm_client(server.port, 300, &["--model", "tiny-t"]);

@@ -130,6 +130,14 @@ fn ends(r: &ConnRecord) -> Ends {
     }
 }
 
+/// A client's side is a CLIENT span, a server's a SERVER span.
+fn span_kind(d: Direction) -> SpanKind {
+    match d {
+        Direction::Outbound => SpanKind::Client,
+        Direction::Inbound => SpanKind::Server,
+    }
+}
+
 /// The connection's spans: root first, then its phases, each inside the root.
 pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
     let trace_id = ids.trace_id();
@@ -217,10 +225,7 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
             ));
         }
     }
-    let kind = match r.direction {
-        Direction::Outbound => SpanKind::Client,
-        Direction::Inbound => SpanKind::Server,
-    };
+    let kind = span_kind(r.direction);
     let mut out = vec![Span {
         trace_id: trace_id.clone(),
         span_id: root_id.clone(),
@@ -425,10 +430,7 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
     if let Some(e) = &error {
         attrs.push(s("error.type", e.clone()));
     }
-    let kind = match r.direction {
-        Direction::Outbound => SpanKind::Client,
-        Direction::Inbound => SpanKind::Server,
-    };
+    let kind = span_kind(r.direction);
     let mut out = vec![Span {
         trace_id: trace_id.clone(),
         span_id: root_id.clone(),
