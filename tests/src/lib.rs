@@ -88,7 +88,11 @@ pub fn helper(name: &str) -> PathBuf {
 /// What a finished `observer watch` printed.
 #[derive(Debug)]
 pub struct Watched {
+    /// Connection and DNS records.
     pub records: Vec<Value>,
+    /// `"kind": "request"` records (HTTP requests), apart: the connection
+    /// tests look at connections.
+    pub requests: Vec<Value>,
     pub stderr: Vec<String>,
     pub status: ExitStatus,
 }
@@ -213,11 +217,13 @@ impl Watch {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let records = self
+        let (requests, records): (Vec<Value>, Vec<Value>) = self
             .stdout
             .iter()
-            .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
-            .collect();
+            .map(|l| {
+                serde_json::from_str::<Value>(&l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}"))
+            })
+            .partition(|r| r["kind"] == "request");
         let mut stderr = std::mem::take(&mut self.stderr_seen);
         stderr.extend(self.stderr.iter());
         assert!(
@@ -226,6 +232,7 @@ impl Watch {
         );
         Watched {
             records,
+            requests,
             stderr,
             status,
         }

@@ -54,7 +54,7 @@ fn requests<'a>(w: &'a Watched, client_port: &Value, direction: &str) -> Vec<&'a
         "remote_port"
     };
     let mut v: Vec<&Value> = w
-        .records
+        .requests
         .iter()
         .filter(|r| {
             r["kind"] == "request" && r["direction"] == direction && &r[port_field] == client_port
@@ -100,7 +100,7 @@ fn streamed_chat_completions_over_tls_each_request_timed() {
         client.len(),
         2,
         "client records: {client:#?}\nall: {:#?}",
-        out.records
+        out.requests
     );
     assert_eq!(server_side.len(), 2, "server records: {server_side:#?}");
     // role + content chunks + finish + usage + [DONE]
@@ -329,7 +329,7 @@ fn plain_http_streams_from_a_fresh_process() {
     let port = &c[0]["local_port"];
     let client = requests(&out, port, "outbound");
     let served = requests(&out, port, "inbound");
-    assert_eq!(client.len(), 2, "{:#?}", out.records);
+    assert_eq!(client.len(), 2, "{:#?}", out.requests);
     assert_eq!(served.len(), 2, "{served:#?}");
     let (mut ttfb_gaps, mut ttft_gaps) = (Vec::new(), Vec::new());
     for (i, ((r, s), own)) in client.iter().zip(&served).zip(&c).enumerate() {
@@ -428,7 +428,7 @@ fn curl_keep_alive_requests_against_curls_clock() {
         "one connection: {lines:?}"
     );
     let r = requests(&out, &port, "outbound");
-    assert_eq!(r.len(), 3, "{:#?}", out.records);
+    assert_eq!(r.len(), 3, "{:#?}", out.requests);
     let mut gaps = Vec::new();
     for (i, (x, l)) in r.iter().zip(&lines).enumerate() {
         assert_eq!(x["request_index"], i as u64 + 1);
