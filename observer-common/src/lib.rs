@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod dns;
+pub mod http;
 pub mod tls;
 pub mod tracepoints;
 
@@ -65,6 +66,8 @@ pub enum EventKind {
     DnsPacket = 9,
     /// A socket that sent DNS queries was released ([`dns::DnsSockEvent`]).
     DnsSockReleased = 10,
+    /// Plaintext of an HTTP/1.x connection ([`http::PlaintextEvent`]).
+    Plaintext = 11,
 }
 
 impl EventKind {
@@ -80,6 +83,7 @@ impl EventKind {
             8 => Some(Self::Dns),
             9 => Some(Self::DnsPacket),
             10 => Some(Self::DnsSockReleased),
+            11 => Some(Self::Plaintext),
             _ => None,
         }
     }
@@ -178,7 +182,9 @@ pub struct Conn {
     pub flags: u8,
     /// The state the socket left for CLOSE.
     pub close_from_state: u32,
-    pub _pad: u32,
+    /// Whether a plain connection's payload is HTTP/1.x ([`http`]).
+    pub http: u8,
+    pub _pad: [u8; 3],
 }
 
 /// Record for [`EventKind::Owner`].
@@ -261,12 +267,18 @@ pub enum Counter {
     /// A socket that sent DNS queries could not be remembered (map full): its
     /// unanswered queries time out by age instead of at its release.
     DnsSockInsertFailed = 9,
+    /// Plain HTTP connections whose payload stopped being copied: they moved
+    /// more segments per window than [`http::BUSY_SEGMENTS`].
+    HttpBusy = 10,
+    /// Plain HTTP connections whose sequence state could not be stored (map
+    /// full): their payload is not copied.
+    HttpInsertFailed = 11,
 }
 
 pub const COUNTER_SLOTS: u32 = 16;
 
 impl Counter {
-    pub const ALL: [Counter; 10] = [
+    pub const ALL: [Counter; 12] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -277,6 +289,8 @@ impl Counter {
         Counter::TlsInsertFailed,
         Counter::TlsBound,
         Counter::DnsSockInsertFailed,
+        Counter::HttpBusy,
+        Counter::HttpInsertFailed,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -291,6 +305,8 @@ impl Counter {
             Counter::TlsInsertFailed => "kernel_tls_insert_failed",
             Counter::TlsBound => "tls_bound",
             Counter::DnsSockInsertFailed => "kernel_dns_sock_insert_failed",
+            Counter::HttpBusy => "http_busy_connections",
+            Counter::HttpInsertFailed => "kernel_http_insert_failed",
         }
     }
 
@@ -298,7 +314,10 @@ impl Counter {
     pub const fn is_loss(self) -> bool {
         matches!(
             self,
-            Counter::RingFull | Counter::ConnInsertFailed | Counter::TlsInsertFailed
+            Counter::RingFull
+                | Counter::ConnInsertFailed
+                | Counter::TlsInsertFailed
+                | Counter::HttpInsertFailed
         )
     }
 }

@@ -100,7 +100,10 @@ pub struct TlsConn {
     /// A [`library`] id; 0: no TLS seen on this connection.
     pub library: u8,
     pub flags: u8,
-    pub _pad: u16,
+    /// Whether the plaintext is HTTP/1.x ([`crate::http`]), decided at the
+    /// first call that moves data: a connection that is not costs nothing more.
+    pub http: u8,
+    pub _pad: u8,
 }
 
 #[repr(C)]
@@ -148,6 +151,8 @@ pub struct TlsCall {
     /// The session is already tied to a socket (no binding needed).
     pub bound: u8,
     pub _pad: [u8; 5],
+    /// The call's plaintext buffer (0 for a handshake call).
+    pub buf: u64,
 }
 
 /// A process seen using TLS.
@@ -203,7 +208,7 @@ pub struct TlsNameEvent {
 
 const _: () = assert!(core::mem::size_of::<TlsConn>() == 120);
 const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 120 + SERVER_NAME_LEN + 8);
-const _: () = assert!(core::mem::size_of::<TlsCall>() == 40);
+const _: () = assert!(core::mem::size_of::<TlsCall>() == 48);
 const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsProc>() == 24);

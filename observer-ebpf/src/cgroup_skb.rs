@@ -53,14 +53,14 @@ pub fn dns_ingress(ctx: SkBuffContext) -> i32 {
 }
 
 /// Where the layers of a packet start.
-struct Layers {
-    ip_version: u8,
-    proto: u8,
-    l4: usize,
+pub struct Layers {
+    pub ip_version: u8,
+    pub proto: u8,
+    pub l4: usize,
 }
 
 #[inline(always)]
-fn layers(ctx: &SkBuffContext) -> Option<Layers> {
+pub fn layers(ctx: &SkBuffContext) -> Option<Layers> {
     // cgroup_skb sees the packet from its network header on.
     let first: u8 = ctx.load(0).ok()?;
     match first >> 4 {

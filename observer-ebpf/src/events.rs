@@ -3,7 +3,8 @@
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::ring_buf::RingBufEntry};
 use observer_common::{
-    tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
+    http::{self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
+    tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
     CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
 };
 
@@ -165,4 +166,106 @@ pub fn emit_tls_busy(pid: u32, calls: u32, now: u64) {
         (*ev).calls = calls;
     }
     entry.submit(BPF_RB_FORCE_WAKEUP);
+}
+
+/// First four bytes of an HTTP/1.x request (a method) or response, as a
+/// little-endian u32.
+pub const HTTP_STARTS: [u32; 8] = [
+    u32::from_le_bytes(*b"GET "),
+    u32::from_le_bytes(*b"POST"),
+    u32::from_le_bytes(*b"PUT "),
+    u32::from_le_bytes(*b"HEAD"),
+    u32::from_le_bytes(*b"DELE"),
+    u32::from_le_bytes(*b"PATC"),
+    u32::from_le_bytes(*b"OPTI"),
+    u32::from_le_bytes(*b"HTTP"),
+];
+
+/// Whether a payload starting with these four bytes is HTTP/1.x.
+#[inline(always)]
+pub fn is_http(start: u32) -> bool {
+    HTTP_STARTS.contains(&start)
+}
+
+/// Copies `size` (at most [`DATA_CAPTURE`] - `at`) bytes of user memory at
+/// `src` into the record's data at `at`.
+#[inline(always)]
+unsafe fn copy_user(ev: *mut PlaintextEvent, at: usize, src: u64, size: u32) -> bool {
+    use aya_ebpf::helpers::generated::bpf_probe_read_user;
+    let dst = (*ev).data.as_mut_ptr().add(at).cast();
+    // The verifier needs the bound right at the call.
+    if size as usize > DATA_CAPTURE - at {
+        return false;
+    }
+    bpf_probe_read_user(dst, size, src as *const _) == 0
+}
+
+/// Sends a plaintext call's bytes (all of them up to DATA_CAPTURE, else its
+/// first and last halves) for the HTTP parser. The connection's first call
+/// that moves data decides whether it is HTTP/1.x; one that is not is never
+/// copied again.
+#[inline(always)]
+pub fn emit_tls_plaintext(
+    sk: u64,
+    op: u8,
+    buf: u64,
+    n: u64,
+    entry_ns: u64,
+    now: u64,
+    tls: &mut TlsConn,
+) {
+    if tls.http == http::NO || buf == 0 {
+        return;
+    }
+    let Some(conn) = CONNS.get_ptr(&sk) else {
+        return;
+    };
+    let Some(mut entry) = reserve::<PlaintextEvent>(EventKind::Plaintext, now) else {
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size; `conn` at
+    // a live map value.
+    let ok = unsafe {
+        (*ev).flags = 0;
+        (*ev).conn = *conn;
+        (*ev).entry_ns = entry_ns;
+        (*ev).ret_ns = now;
+        (*ev).len = n as u32;
+        (*ev).op = op;
+        // The socket's first send and receive after the handshake: none
+        // before this call's entry means nothing before it was missed.
+        let first_io = match (tls.sk_send_after_hs_ns, tls.sk_recv_after_hs_ns) {
+            (0, r) => r,
+            (s, 0) => s,
+            (s, r) => s.min(r),
+        };
+        let from_start = tls.flags & TLS_MIDSTREAM == 0
+            && tls.hs_end_ns != 0
+            && (first_io == 0 || first_io >= entry_ns);
+        (*ev).flags = if from_start { DATA_FROM_START } else { 0 };
+        (*ev)._pad = [0; 2];
+        if n <= DATA_CAPTURE as u64 {
+            copy_user(ev, 0, buf, n as u32)
+        } else {
+            copy_user(ev, 0, buf, DATA_HALF as u32)
+                && copy_user(ev, DATA_HALF, buf + n - DATA_HALF as u64, DATA_HALF as u32)
+        }
+    };
+    if ok && tls.http == http::UNKNOWN {
+        // SAFETY: as above; at least one byte was copied, four are read.
+        let start = unsafe {
+            u32::from_le_bytes([(*ev).data[0], (*ev).data[1], (*ev).data[2], (*ev).data[3]])
+        };
+        tls.http = if n >= 4 && is_http(start) {
+            http::YES
+        } else {
+            http::NO
+        };
+    }
+    if ok && tls.http == http::YES {
+        entry.submit(submit_flags());
+    } else {
+        entry.discard(0);
+    }
 }

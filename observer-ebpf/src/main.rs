@@ -15,6 +15,8 @@ mod cgroup_sock;
 #[cfg(target_arch = "bpf")]
 mod events;
 #[cfg(target_arch = "bpf")]
+mod http_packets;
+#[cfg(target_arch = "bpf")]
 mod inet_sock_set_state;
 #[cfg(target_arch = "bpf")]
 mod libc_resolver;

@@ -28,10 +28,16 @@ fn session(ctx: &ProbeContext) -> Option<u64> {
     ctx.arg::<u64>(0).filter(|&s| s != 0)
 }
 
+/// The plaintext buffer: the second argument of every read and write.
+#[inline(always)]
+fn buffer(ctx: &ProbeContext) -> u64 {
+    ctx.arg::<u64>(1).unwrap_or(0)
+}
+
 #[uprobe]
 pub fn tls_handshake(ctx: ProbeContext) -> u32 {
     if let Some(s) = session(&ctx) {
-        call_enter(s, op::HANDSHAKE, cookie(&ctx), 0);
+        call_enter(s, op::HANDSHAKE, cookie(&ctx), 0, 0);
     }
     0
 }
@@ -52,7 +58,7 @@ pub fn tls_handshake_ret(ctx: RetProbeContext) -> u32 {
 #[uprobe]
 pub fn tls_read(ctx: ProbeContext) -> u32 {
     if let Some(s) = session(&ctx) {
-        call_enter(s, op::READ, cookie(&ctx), 0);
+        call_enter(s, op::READ, cookie(&ctx), 0, buffer(&ctx));
     }
     0
 }
@@ -60,7 +66,7 @@ pub fn tls_read(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn tls_write(ctx: ProbeContext) -> u32 {
     if let Some(s) = session(&ctx) {
-        call_enter(s, op::WRITE, cookie(&ctx), 0);
+        call_enter(s, op::WRITE, cookie(&ctx), 0, buffer(&ctx));
     }
     0
 }
@@ -70,7 +76,7 @@ pub fn tls_write(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn ssl_read_ex(ctx: ProbeContext) -> u32 {
     if let (Some(s), Some(p)) = (session(&ctx), ctx.arg::<u64>(3)) {
-        call_enter(s, op::READ, cookie(&ctx), p);
+        call_enter(s, op::READ, cookie(&ctx), p, buffer(&ctx));
     }
     0
 }
@@ -78,7 +84,7 @@ pub fn ssl_read_ex(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn ssl_write_ex(ctx: ProbeContext) -> u32 {
     if let (Some(s), Some(p)) = (session(&ctx), ctx.arg::<u64>(3)) {
-        call_enter(s, op::WRITE, cookie(&ctx), p);
+        call_enter(s, op::WRITE, cookie(&ctx), p, buffer(&ctx));
     }
     0
 }

@@ -18,7 +18,7 @@ use observer_common::{
 
 use crate::{
     ctx::now_ns,
-    events::{emit_tls_busy, emit_tls_name, emit_tls_process},
+    events::{emit_tls_busy, emit_tls_name, emit_tls_plaintext, emit_tls_process},
     maps::{
         busy_calls, count, own_tgid, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH, TLS_SESSIONS,
     },
@@ -156,7 +156,7 @@ fn count_call(p: &mut TlsProc, tgid: u32, now: u64) {
 /// Entry of a handshake, read or write call. `count_ptr`: where an `_ex`
 /// call stores its byte count (0: the call returns it).
 #[inline(always)]
-pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64) -> Option<()> {
+pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64, buf: u64) -> Option<()> {
     let (tgid, pid_tgid) = current()?;
     let now = now_ns();
     let k = key(tgid, ssl);
@@ -195,15 +195,17 @@ pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64) -> Optio
             library,
             bound: u8::from((*session).sk != 0),
             _pad: [0; 5],
+            buf,
         };
         let _ = TLS_CALLS.insert(&pid_tgid, &call, 0);
     }
     Some(())
 }
 
-/// The thread's call in flight, marked returned.
+/// The thread's call in flight, marked returned, with its session's socket
+/// (0: not tied to one yet).
 #[inline(always)]
-fn returning() -> Option<(TlsCall, *mut TlsConn, u64)> {
+fn returning() -> Option<(TlsCall, *mut TlsConn, u64, u64)> {
     let (tgid, pid_tgid) = current()?;
     let call = TLS_CALLS.get_ptr_mut(&pid_tgid)?;
     let now = now_ns();
@@ -217,14 +219,16 @@ fn returning() -> Option<(TlsCall, *mut TlsConn, u64)> {
         *call
     };
     let session = TLS_SESSIONS.get_ptr_mut(&key(tgid, call.ssl))?;
-    Some((call, timings(session)?, now))
+    // SAFETY: a live map value.
+    let sk = unsafe { (*session).sk };
+    Some((call, timings(session)?, now, sk))
 }
 
 /// Return of a handshake call: `done` when it completed the handshake,
 /// else `ret` is kept (a retry on a non-blocking socket, or the error).
 #[inline(always)]
 pub fn handshake_exit(done: bool, ret: i32) -> Option<()> {
-    let (_, tls, now) = returning()?;
+    let (_, tls, now, _) = returning()?;
     // SAFETY: a live map value.
     unsafe {
         if done {
@@ -244,7 +248,7 @@ pub fn handshake_exit(done: bool, ret: i32) -> Option<()> {
 /// handshake). `_ex` calls return 1 and store the count behind a pointer.
 #[inline(always)]
 pub fn rw_exit(n: i64, ret: i32) -> Option<()> {
-    let (call, tls, now) = returning()?;
+    let (call, tls, now, sk) = returning()?;
     let n = if call.count_ptr == 0 {
         n
     } else if ret == 1 {
@@ -293,6 +297,9 @@ pub fn rw_exit(n: i64, ret: i32) -> Option<()> {
         }
         tls.pt_received += n as u64;
         tls.flags = (tls.flags & !TLS_LAST_WRITE) | TLS_LAST_READ;
+    }
+    if sk != 0 {
+        emit_tls_plaintext(sk, call.op, call.buf, n as u64, call.entry_ns, now, tls);
     }
     Some(())
 }

@@ -14,6 +14,7 @@ use crate::{
     clock::Clock,
     decode::Event,
     dns::{DnsRecord, Lookups, WireLookups},
+    http::RequestRecord,
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, Owner, State},
     tls::TlsRecord,
@@ -57,6 +58,14 @@ pub struct ConnTable {
     pub wire: WireLookups,
     /// Lookup records not yet taken by the correlator.
     pub dns_out: Vec<DnsRecord>,
+    http_orphans_closed: u64,
+    /// Request records not yet taken by the correlator.
+    pub requests_out: Vec<RequestRecord>,
+    /// Keep the query string of request paths.
+    pub keep_query: bool,
+    /// HTTP/1.x conversations by socket: kept apart from `live`, since a
+    /// server's first request arrives before its owner is known.
+    http: HashMap<u64, crate::http::Conversation>,
 }
 
 impl ConnTable {
@@ -70,6 +79,35 @@ impl ConnTable {
             lookups: Lookups::default(),
             wire: WireLookups::default(),
             dns_out: Vec::new(),
+            requests_out: Vec::new(),
+            http_orphans_closed: 0,
+            keep_query: false,
+            http: HashMap::new(),
+        }
+    }
+
+    /// Answers seen without their request on the connections still open and
+    /// those closed (the per-process probes came in between).
+    pub fn http_orphans(&self) -> u64 {
+        self.http_orphans_closed + self.http.values().map(|c| c.orphans).sum::<u64>()
+    }
+
+    fn http_data(&mut self, ev: &observer_common::http::PlaintextEvent) {
+        let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
+        let done = self.http.entry(ev.conn.sk).or_default().feed(ev, outbound);
+        if done.is_empty() {
+            return;
+        }
+        let owner = self.live.get(&ev.conn.sk).map(|l| &l.owner);
+        let conn = ConnRecord::new(&ev.conn, owner, &self.clock, State::Open);
+        for x in done {
+            self.requests_out.push(RequestRecord::new(
+                &x,
+                None,
+                &conn,
+                &self.clock,
+                self.keep_query,
+            ));
         }
     }
 
@@ -167,6 +205,24 @@ impl ConnTable {
                     &self.clock,
                     State::Closed,
                 );
+                if let Some(mut c) = self.http.remove(&conn.sk) {
+                    self.http_orphans_closed += c.orphans;
+                    // A plain connection whose copying stopped (busy): what
+                    // was in flight is not known to have ended badly. (A TLS
+                    // connection's own packets are never HTTP: its plaintext
+                    // comes from the library.)
+                    let stopped =
+                        conn.flags & FLAG_TLS == 0 && conn.http == observer_common::http::NO;
+                    if let Some((x, cut)) = c.close().filter(|_| !stopped) {
+                        self.requests_out.push(RequestRecord::new(
+                            &x,
+                            cut,
+                            &r,
+                            &self.clock,
+                            self.keep_query,
+                        ));
+                    }
+                }
                 let name = live.and_then(|l| l.server_name);
                 r.tls = TlsRecord::new(
                     &tls,
@@ -203,6 +259,10 @@ impl ConnTable {
                     let name = String::from_utf8_lossy(&name[..len]);
                     live.server_name = Some(Arc::from(name.trim_end_matches('\0')));
                 }
+                None
+            }
+            Event::Plaintext(ev) => {
+                self.http_data(&ev);
                 None
             }
             // For the TLS probe manager, not for the table.
@@ -254,7 +314,11 @@ impl ConnTable {
         self.evicted += gone.len() as u64;
         for sk in gone {
             self.live.remove(&sk);
+            self.http.remove(&sk);
         }
+        // Conversations of sockets the table never knew, gone from CONNS.
+        self.http
+            .retain(|sk, _| self.live.contains_key(sk) || kernel.lookup(*sk).is_some());
         out
     }
 

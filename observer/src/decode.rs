@@ -1,6 +1,7 @@
 //! The one place that turns ring-buffer bytes into typed events.
 
 use observer_common::{
+    http::PlaintextEvent,
     tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
     CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, TlsConn,
     EXEC_PATH_LEN,
@@ -38,6 +39,8 @@ pub enum Event {
     DnsPacket(Box<observer_common::dns::DnsPacketEvent>),
     /// A socket that sent DNS queries was released at `ts_ns`.
     DnsSockReleased { ts_ns: u64, cookie: u64 },
+    /// A plaintext read or write on an HTTP/1.x TLS connection.
+    Plaintext(Box<PlaintextEvent>),
     /// Process `pid` made `calls` plaintext TLS calls in one kernel rate window.
     TlsBusy { pid: u32, calls: u32 },
     /// The server name of the TLS connection on `sk`.
@@ -141,6 +144,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 calls: ev.calls,
             })
         }
+        EventKind::Plaintext => Ok(Event::Plaintext(Box::new(read(bytes, hdr.kind)?))),
         EventKind::TlsName => {
             let ev: TlsNameEvent = read(bytes, hdr.kind)?;
             Ok(Event::TlsName {

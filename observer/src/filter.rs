@@ -34,6 +34,21 @@ impl Filter {
         pid_ok && comm_ok && self.ports.is_empty() && self.direction.is_none()
     }
 
+    /// Request records: as their connection's.
+    pub fn matches_request(&self, r: &crate::http::RequestRecord) -> bool {
+        let pid_ok = self.pids.is_empty() || r.pid.is_some_and(|p| self.pids.contains(&p));
+        let comm_ok = self.comms.is_empty()
+            || self
+                .comms
+                .iter()
+                .any(|c| r.comm.as_deref() == Some(c.as_str()));
+        let port_ok = self.ports.is_empty()
+            || self.ports.contains(&r.local_port)
+            || self.ports.contains(&r.remote_port);
+        let dir_ok = self.direction.is_none_or(|d| d == r.direction);
+        pid_ok && comm_ok && port_ok && dir_ok
+    }
+
     pub fn matches(&self, r: &ConnRecord) -> bool {
         let pid_ok = self.pids.is_empty() || r.pid.is_some_and(|p| self.pids.contains(&p));
         let comm_ok = self.comms.is_empty()

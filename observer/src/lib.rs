@@ -3,6 +3,7 @@
 //! library so that tests and benchmarks can drive each stage without root.
 
 pub mod btf;
+pub mod cgroup;
 pub mod cli;
 pub mod clock;
 pub mod conntrack;
@@ -13,6 +14,7 @@ pub mod ebpf;
 pub mod export;
 pub mod filter;
 pub mod gpu;
+pub mod http;
 pub mod libraries;
 pub mod observer;
 pub mod output;

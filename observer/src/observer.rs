@@ -91,6 +91,8 @@ pub struct Observer {
     pub probes: Probes,
     pub tls: TlsProbes,
     pub dns: DnsReport,
+    /// Plain HTTP capture: where its programs went, or why not.
+    pub http_plain: Result<String, String>,
     /// C libraries the discovery handed to DNS (filled while running too).
     pub resolver_files: Arc<Mutex<Vec<ResolverFileReport>>>,
     pub gpus: Result<gpu::Gpus, String>,
@@ -118,6 +120,11 @@ impl Observer {
             }
         }
         let dns = dns::attach(&mut probes, options.dns_wire);
+        let http_plain = crate::cgroup::attach_on_root(&mut probes, Feature::HttpPlain)
+            .map(|root| format!("TCP payloads on cgroup {}", root.display()));
+        if let Err(e) = &http_plain {
+            tracing::warn!("plain HTTP requests not seen: {e}");
+        }
         let resolver_files = Arc::new(Mutex::new(Vec::new()));
         let found = Arc::clone(&resolver_files);
         let mut tls = TlsProbes::new(
@@ -138,6 +145,7 @@ impl Observer {
             probes,
             tls,
             dns,
+            http_plain,
             resolver_files,
             gpus,
             tracefs,
@@ -159,6 +167,7 @@ impl Observer {
             probes: &self.probes,
             tls: &self.tls.report,
             dns: &self.dns_report(),
+            http_plain: &self.http_plain,
             gpus: self.gpus.as_ref().map(gpu::Gpus::device_count),
             options: &self.options,
             emit_at_destroy: self.emit_at_destroy,
@@ -217,6 +226,7 @@ pub struct View<'a> {
     pub probes: &'a Probes,
     pub tls: &'a TlsReport,
     pub dns: &'a DnsReport,
+    pub http_plain: &'a Result<String, String>,
     /// Devices through NVML, or why not.
     pub gpus: Result<u32, &'a String>,
     pub options: &'a Options,
@@ -238,6 +248,10 @@ impl View<'_> {
                         Feature::DnsWire => match (&self.dns.wire_probed, &self.dns.wire_error) {
                             (Some(w), _) => State::On(w.clone()),
                             (None, e) => State::Off(e.clone().unwrap_or_default()),
+                        },
+                        Feature::HttpPlain => match self.http_plain {
+                            Ok(w) => State::On(w.clone()),
+                            Err(e) => State::Off(e.clone()),
                         },
                         Feature::Gpu => match &self.gpus {
                             Ok(n) => State::On(format!("{n} devices through NVML")),

@@ -107,6 +107,7 @@ pub fn text_line(r: &ConnRecord) -> String {
 pub enum Line {
     Conn(ConnRecord),
     Dns(crate::dns::DnsRecord),
+    Request(Box<crate::http::RequestRecord>),
 }
 
 pub fn dns_text_line(r: &crate::dns::DnsRecord) -> String {
@@ -148,6 +149,13 @@ pub fn write_line(w: &mut impl Write, l: &Line, format: Format) -> io::Result<()
                 w.write_all(b"\n")
             }
             Format::Text => writeln!(w, "{}", dns_text_line(r)),
+        },
+        Line::Request(r) => match format {
+            Format::Json => {
+                serde_json::to_writer(&mut *w, r)?;
+                w.write_all(b"\n")
+            }
+            Format::Text => writeln!(w, "{}", r.text_line()),
         },
     }
 }

@@ -200,6 +200,28 @@ pub(crate) async fn correlate(
             }
         }
     };
+    let emit_request = |r: crate::http::RequestRecord| {
+        if !filter.matches_request(&r) {
+            Stats::add(&stats.filtered, 1);
+            return;
+        }
+        Stats::add(&stats.requests, 1);
+        if let Some(m) = &sinks.metrics {
+            if let Ok(mut m) = m.lock() {
+                m.record_request(&r);
+            }
+        }
+        if let Some(tx) = &sinks.export {
+            if tx.try_send(Traced::Request(Box::new(r.clone()))).is_err() {
+                Stats::add(&stats.export_full, 1);
+            }
+        }
+        if let Some(out) = &sinks.out {
+            if out.try_send(output::Line::Request(Box::new(r))).is_err() {
+                Stats::add(&stats.output_full, 1);
+            }
+        }
+    };
     // Lookups no connection followed: traces of their own.
     let export_unused = |rs: Vec<crate::dns::DnsRecord>| {
         let Some(tx) = &sinks.export else { return };
@@ -232,6 +254,9 @@ pub(crate) async fn correlate(
                     for d in table.dns_out.drain(..) {
                         emit_dns(d);
                     }
+                    for r in table.requests_out.drain(..) {
+                        emit_request(r);
+                    }
                 }
             }
             _ = tick.tick() => {
@@ -263,6 +288,12 @@ pub(crate) async fn correlate(
     for r in table.drain_open(&conns) {
         emit(r);
     }
+    for r in table.requests_out.drain(..) {
+        emit_request(r);
+    }
+    stats
+        .http_orphans
+        .store(table.http_orphans(), std::sync::atomic::Ordering::Relaxed);
     export_unused(table.unused_lookups(u64::MAX, 0));
     CorrelatorEnd {
         evicted: table.evicted,
@@ -352,6 +383,11 @@ fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &ebpf::KernelCounters) {
         ("output", Stats::get(&stats.output_full)),
         ("exporter", Stats::get(&stats.export_full)),
         ("dns", Stats::get(&stats.dns_overflow)),
+        // Plain HTTP connections no longer copied (busy) or never (table full).
+        (
+            "http",
+            counters.get(Counter::HttpBusy) + counters.get(Counter::HttpInsertFailed),
+        ),
     ];
     if let Ok(mut m) = m.lock() {
         for (stage, v) in stages {

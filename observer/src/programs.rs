@@ -22,17 +22,21 @@ pub enum Feature {
     DnsLibrary,
     /// Name lookups on the wire (port 53, cgroup programs).
     DnsWire,
+    /// HTTP/1.x requests on plain TCP connections (cgroup programs reading
+    /// the payload of tracked connections).
+    HttpPlain,
     /// GPU state through NVML (no eBPF program).
     Gpu,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 6] = [
+    pub const ALL: [Feature; 7] = [
         Feature::Connections,
         Feature::TlsHandshakes,
         Feature::TlsPlaintext,
         Feature::DnsLibrary,
         Feature::DnsWire,
+        Feature::HttpPlain,
         Feature::Gpu,
     ];
 
@@ -44,6 +48,7 @@ impl Feature {
             Feature::TlsPlaintext => "TLS plaintext timing",
             Feature::DnsLibrary => "DNS library",
             Feature::DnsWire => "DNS wire",
+            Feature::HttpPlain => "plain HTTP requests",
             Feature::Gpu => "GPU",
         }
     }
@@ -166,7 +171,7 @@ const fn up(
     }
 }
 
-use Feature::{DnsLibrary, DnsWire, TlsHandshakes, TlsPlaintext};
+use Feature::{DnsLibrary, DnsWire, HttpPlain, TlsHandshakes, TlsPlaintext};
 use Library::{GnuTls, Libc, OpenSsl};
 
 /// Each TLS handshake-path hit costs a trap (~5 us here) in every process, so
@@ -390,6 +395,25 @@ pub const PROGRAMS: &[Program] = &[
         feature: DnsWire,
         required: false,
         gives: "unanswered queries end when their socket goes",
+    },
+    // Payloads of plain TCP connections, for every socket of the host.
+    Program {
+        name: "http_egress",
+        hook: Hook::CgroupSkb {
+            direction: Direction::Egress,
+        },
+        feature: HttpPlain,
+        required: false,
+        gives: "requests (and a server's answers) sent on plain HTTP/1.x connections",
+    },
+    Program {
+        name: "http_ingress",
+        hook: Hook::CgroupSkb {
+            direction: Direction::Ingress,
+        },
+        feature: HttpPlain,
+        required: false,
+        gives: "answers (and a server's requests) received on plain HTTP/1.x connections",
     },
 ];
 

@@ -28,6 +28,10 @@ pub struct Stats {
     pub dns: AtomicU64,
     /// Wire lookups not followed: the correlator's tables were full.
     pub dns_overflow: AtomicU64,
+    /// HTTP request records.
+    pub requests: AtomicU64,
+    /// Answers seen without their request (per-process probes came between).
+    pub http_orphans: AtomicU64,
 }
 
 impl Stats {
@@ -47,6 +51,10 @@ pub struct Summary {
     pub connections_closed: u64,
     /// Name lookups reported (`"kind": "dns"` records).
     pub dns_lookups: u64,
+    /// HTTP requests reported (`"kind": "request"` records).
+    pub requests: u64,
+    /// Why requests were not reported.
+    pub http: HttpSummary,
     pub open_records: u64,
     pub filtered: u64,
     pub outbound_opened: u64,
@@ -81,6 +89,18 @@ pub struct Summary {
     pub export: Option<ExportSummary>,
     /// Per-program run counts, run time and misses.
     pub programs: Vec<crate::ebpf::prog_stats::ProgStats>,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct HttpSummary {
+    /// Answers whose request was not seen: the process's plaintext probes
+    /// came in between (its first request, under the `auto` policy).
+    pub answers_without_request: u64,
+    /// Plain connections whose payload stopped being copied: over 2,000
+    /// segments a second.
+    pub busy_connections: u64,
+    /// Plain connections not copied: the kernel's table of them was full.
+    pub insert_failed: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

@@ -80,6 +80,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         mut probes,
         tls,
         dns,
+        http_plain,
         resolver_files,
         gpus,
         tracefs,
@@ -227,6 +228,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         probes: &probes,
         tls: &tls_report,
         dns: &dns,
+        http_plain: &http_plain,
         gpus: gpu_devices.as_ref().map(|n| *n),
         options: &options,
         emit_at_destroy,
@@ -250,6 +252,12 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         events: Stats::get(&stats.events),
         connections_closed: Stats::get(&stats.closed),
         dns_lookups: Stats::get(&stats.dns),
+        requests: Stats::get(&stats.requests),
+        http: crate::stats::HttpSummary {
+            answers_without_request: Stats::get(&stats.http_orphans),
+            busy_connections: k(Counter::HttpBusy),
+            insert_failed: k(Counter::HttpInsertFailed),
+        },
         open_records: Stats::get(&stats.open),
         filtered: Stats::get(&stats.filtered),
         outbound_opened: k(Counter::OutboundOpened),
@@ -360,10 +368,11 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
     });
     let failed: u64 = s.program_attachments.iter().map(|p| p.failures).sum();
     format!(
-        "summary: {} connections closed, {} open-connection snapshots, {} dns lookups, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}, dns {}){tls}{export}; features: {}; {failed} program attachments failed",
+        "summary: {} connections closed, {} open-connection snapshots, {} dns lookups, {} requests, {} filtered out; {} events; dropped {} (kernel ring {}, kernel map {}, kernel missed {}, evicted {}, channel {}, output {}, dns {}){tls}{export}; features: {}; {failed} program attachments failed",
         s.connections_closed,
         s.open_records,
         s.dns_lookups,
+        s.requests,
         s.filtered,
         s.events,
         d.total(),

@@ -88,7 +88,11 @@ pub fn helper(name: &str) -> PathBuf {
 /// What a finished `observer watch` printed.
 #[derive(Debug)]
 pub struct Watched {
+    /// Connection and DNS records.
     pub records: Vec<Value>,
+    /// `"kind": "request"` records (HTTP requests), apart: the connection
+    /// tests look at connections.
+    pub requests: Vec<Value>,
     pub stderr: Vec<String>,
     pub status: ExitStatus,
 }
@@ -213,11 +217,13 @@ impl Watch {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let records = self
+        let (requests, records): (Vec<Value>, Vec<Value>) = self
             .stdout
             .iter()
-            .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
-            .collect();
+            .map(|l| {
+                serde_json::from_str::<Value>(&l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}"))
+            })
+            .partition(|r| r["kind"] == "request");
         let mut stderr = std::mem::take(&mut self.stderr_seen);
         stderr.extend(self.stderr.iter());
         assert!(
@@ -226,6 +232,7 @@ impl Watch {
         );
         Watched {
             records,
+            requests,
             stderr,
             status,
         }
@@ -301,6 +308,50 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs a helper that prints one JSON object per line; its lines.
+pub fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
+    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "{cmd:?} failed: {}", out.status);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A plain HTTP/1.1 exchange: (status, head, body), or why it failed.
+pub fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String, String), String> {
+    let t0 = Instant::now();
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("read after {:?}: {e}", t0.elapsed()))?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no complete head: {text:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status: {head:?}"))?;
+    Ok((status, head.to_owned(), body.to_owned()))
 }
 
 /// Milliseconds from nanoseconds, for messages.
@@ -428,6 +479,35 @@ pub fn tls_server(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Helper
             .args(["--mode", mode])
             .args(["--handshake-delay-ms", &hs_ms.to_string()])
             .args(["--answer-delay-ms", &answer_ms.to_string()]),
+    )
+}
+
+/// helpers/llm_server.py (an OpenAI-compatible server; HTTPS with a
+/// certificate, plain HTTP without) with its injected waits; killed on drop.
+pub fn llm_server(cert: Option<&Cert>, first_ms: f64, gap_ms: f64, chunks: u64) -> HelperServer {
+    let mut cmd = Command::new("python3");
+    cmd.arg(helper("llm_server.py"));
+    if let Some(cert) = cert {
+        cmd.arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key());
+    }
+    HelperServer::spawn(
+        cmd.args(["--first-ms", &first_ms.to_string()])
+            .args(["--gap-ms", &gap_ms.to_string()])
+            .args(["--chunks", &chunks.to_string()]),
+    )
+}
+
+/// helpers/llm_client.py: one line per request, its own times.
+pub fn llm_client(port: u16, settle_ms: u32, args: &[&str]) -> Vec<Value> {
+    run_json_lines(
+        Command::new("python3")
+            .arg(helper("llm_client.py"))
+            .args(["--port", &port.to_string()])
+            .args(["--settle-ms", &settle_ms.to_string()])
+            .args(args),
     )
 }
 

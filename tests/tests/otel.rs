@@ -164,6 +164,23 @@ fn http_receiver() -> (Received, u16) {
 }
 
 /// `observer run` with `env` and `args`; waits for `ready`.
+/// `observer run` sending OTLP/gRPC to `port`, for connections on `server_port`.
+fn exporting_to(port: u16, server_port: u16) -> Daemon {
+    let env = [(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{port}"),
+    )];
+    start(
+        &env,
+        &[
+            "--prometheus-listen",
+            "none",
+            "--port",
+            &server_port.to_string(),
+        ],
+    )
+}
+
 /// `observer run --json ARGS` with `env` set.
 fn start(env: &[(&str, String)], args: &[&str]) -> Daemon {
     let mut cmd = Command::new(observer_bin());
@@ -269,9 +286,20 @@ fn check_traces(rec: &Received, server: &HelperServer, runs: &[(u32, Vec<f64>)])
         let root = mine
             .iter()
             .map(|(_, s)| s)
-            .find(|s| s.parent_span_id.is_empty())
+            .find(|s| s.parent_span_id.is_empty() && s.name.starts_with("tcp "))
             .unwrap();
         assert_eq!(root.name, format!("tcp 127.0.0.1:{}", server.port));
+        // Its request is a trace of its own; the test server answers with
+        // bytes that are not HTTP, so the request has no response.
+        let get = mine
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == "GET" && s.kind == SpanKind::Client as i32)
+            .unwrap_or_else(|| panic!("no GET span for curl pid {pid}"));
+        assert_eq!(
+            attr_str(&get.attributes, "error.type").as_deref(),
+            Some("no response")
+        );
         assert_eq!(root.kind, SpanKind::Client as i32);
         assert_eq!(
             attr_str(&root.attributes, "network.transport").as_deref(),
@@ -331,7 +359,7 @@ fn check_traces(rec: &Received, server: &HelperServer, runs: &[(u32, Vec<f64>)])
     assert_eq!(
         server_spans
             .iter()
-            .filter(|(_, s)| s.kind == SpanKind::Server as i32)
+            .filter(|(_, s)| s.kind == SpanKind::Server as i32 && s.name.starts_with("tcp "))
             .count(),
         runs.len()
     );
@@ -518,9 +546,10 @@ fn trace_of(rec: &Received, pid: u32) -> (Vec<KeyValue>, Span, Vec<Span>) {
         .into_iter()
         .filter(|(res, _)| attr_int(res, "process.pid") == Some(i64::from(pid)))
         .collect();
+    // Its requests are traces of their own.
     let roots: Vec<&(Vec<KeyValue>, Span)> = spans
         .iter()
-        .filter(|(_, s)| s.parent_span_id.is_empty())
+        .filter(|(_, s)| s.parent_span_id.is_empty() && s.name.starts_with("tcp "))
         .collect();
     assert_eq!(roots.len(), 1, "one connection of pid {pid}: {roots:#?}");
     let (res, root) = roots[0].clone();
@@ -550,19 +579,7 @@ fn tls_phases_match_the_clients_own_timings() {
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", 100, 200);
     let (rec, port) = grpc_receiver();
-    let env = [(
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        format!("http://127.0.0.1:{port}"),
-    )];
-    let run = start(
-        &env,
-        &[
-            "--prometheus-listen",
-            "none",
-            "--port",
-            &server.port.to_string(),
-        ],
-    );
+    let run = exporting_to(port, server.port);
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -676,19 +693,7 @@ fn collector_outage() {
     let server = http_server(0);
     let rec = Received::default();
     let (port, stop) = serve_grpc(&rec, 0);
-    let env = [(
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        format!("http://127.0.0.1:{port}"),
-    )];
-    let run = start(
-        &env,
-        &[
-            "--prometheus-listen",
-            "none",
-            "--port",
-            &server.port.to_string(),
-        ],
-    );
+    let run = exporting_to(port, server.port);
     let pid = run.pid();
     let load_until = Instant::now() + Duration::from_secs(40);
     let url = format!("http://127.0.0.1:{}/", server.port);
@@ -1018,4 +1023,101 @@ fn histogram_count_where(rec: &Received, name: &str, key: &str, value: &str) -> 
         .filter(|p| attr_str(&p.attributes, key).as_deref() == Some(value))
         .map(|p| p.count)
         .sum()
+}
+
+/// An LLM API call as a trace: a CLIENT span `chat {model}` with the GenAI
+/// attributes, times within 2 ms of the client's own clock, and the
+/// server's SERVER span.
+#[test]
+fn llm_calls_as_traces() {
+    let Some(_serial) = begin("otlp_llm", &["openssl", "python3"]) else {
+        return;
+    };
+    let (rec, port) = grpc_receiver();
+    let cert = Cert::new();
+    let server = llm_server(Some(&cert), 120.0, 20.0, 4);
+    let run = exporting_to(port, server.port);
+    // A first connection: the server's probes go on at its first session.
+    llm_client(server.port, 300, &["--no-stream", "--model", "warm"]);
+    let c = llm_client(server.port, 300, &["--model", "tiny-t"]);
+    run.stop();
+    let spans: Vec<Span> = rec
+        .traces
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| ss.spans.clone())
+        .collect();
+    let calls: Vec<&Span> = spans.iter().filter(|s| s.name == "chat tiny-t").collect();
+    assert_eq!(calls.len(), 2, "client and server: {calls:#?}");
+    let client = calls
+        .iter()
+        .find(|s| s.kind == SpanKind::Client as i32)
+        .unwrap();
+    let server_span = calls
+        .iter()
+        .find(|s| s.kind == SpanKind::Server as i32)
+        .unwrap();
+    let a = |s: &Span, k: &str| s.attributes.iter().find(|kv| kv.key == k).cloned();
+    let str_of = |s: &Span, k: &str| match a(s, k).and_then(|kv| kv.value?.value) {
+        Some(AnyV::StringValue(v)) => v,
+        other => panic!("{k}: {other:?}"),
+    };
+    let int_of = |s: &Span, k: &str| match a(s, k).and_then(|kv| kv.value?.value) {
+        Some(AnyV::IntValue(v)) => v,
+        other => panic!("{k}: {other:?}"),
+    };
+    assert_eq!(str_of(client, "gen_ai.operation.name"), "chat");
+    assert_eq!(str_of(client, "gen_ai.provider.name"), "openai");
+    assert_eq!(str_of(client, "gen_ai.request.model"), "tiny-t");
+    assert_eq!(str_of(client, "gen_ai.response.model"), "tiny-t-served");
+    assert_eq!(str_of(client, "http.request.method"), "POST");
+    assert_eq!(str_of(client, "url.path"), "/v1/chat/completions");
+    assert_eq!(str_of(client, "server.address"), "llm.test");
+    assert_eq!(int_of(client, "server.port"), i64::from(server.port));
+    assert_eq!(int_of(client, "http.response.status_code"), 200);
+    assert_eq!(int_of(client, "gen_ai.usage.output_tokens"), 4);
+    assert_eq!(
+        int_of(client, "gen_ai.usage.input_tokens"),
+        (c[0]["body_len"].as_u64().unwrap() % 1000) as i64
+    );
+    let ttfc = match a(client, "gen_ai.response.time_to_first_chunk").and_then(|kv| kv.value?.value)
+    {
+        Some(AnyV::DoubleValue(v)) => v * 1000.0,
+        other => panic!("time_to_first_chunk: {other:?}"),
+    };
+    assert_near(
+        "time to first chunk",
+        ttfc,
+        c[0]["ttft_ms"].as_f64().unwrap(),
+        2.0,
+    );
+    let wait: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == client.span_id && s.name == "wait first byte")
+        .collect();
+    assert_eq!(wait.len(), 1);
+    let waited = (wait[0].end_time_unix_nano - wait[0].start_time_unix_nano) as f64 / 1e6;
+    assert_near(
+        "wait first byte",
+        waited,
+        c[0]["ttfb_ms"].as_f64().unwrap(),
+        2.0,
+    );
+    // The server's span starts inside the client's (its end is its last
+    // write's return, which a busy CPU delays past the client's last read:
+    // 5.5 ms once), and its wait for the answer holds the injected 120 ms
+    // and lies inside the client's.
+    assert!(server_span.start_time_unix_nano >= client.start_time_unix_nano);
+    let served = spans
+        .iter()
+        .find(|s| s.parent_span_id == server_span.span_id && s.name == "wait first byte")
+        .unwrap();
+    let served_ms = (served.end_time_unix_nano - served.start_time_unix_nano) as f64 / 1e6;
+    assert!(
+        served_ms >= 120.0 && served_ms <= waited,
+        "the server's wait {served_ms:.3} ms, the client's {waited:.3} ms"
+    );
 }

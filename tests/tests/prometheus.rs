@@ -5,7 +5,7 @@
 #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
-    io::{Read, Write},
+    io::Write,
     net::{SocketAddr, TcpStream},
     process::Command,
     sync::{
@@ -86,37 +86,10 @@ fn raise_fd_limit(need: u64) {
     }
 }
 
-/// A plain HTTP/1.1 exchange: (status, head, body), or why it failed.
-fn request(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, String, String), String> {
-    let t0 = Instant::now();
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n"
-    )
-    .map_err(|e| format!("write: {e}"))?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .map_err(|e| format!("read after {:?}: {e}", t0.elapsed()))?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no complete head: {text:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("no status: {head:?}"))?;
-    Ok((status, head.to_owned(), body.to_owned()))
-}
-
 /// A scrape that must succeed with the observer's metrics.
 fn scrape(addr: SocketAddr, when: &str) {
     let t0 = Instant::now();
-    let (status, head, body) = request(addr, "GET", "/metrics")
+    let (status, head, body) = http_request(addr, "GET", "/metrics")
         .unwrap_or_else(|e| panic!("scrape {when}: {e} (after {:?})", t0.elapsed()));
     assert_eq!(status, 200, "scrape {when}: {head}");
     assert!(
@@ -281,11 +254,11 @@ fn wrong_method_and_path() {
     };
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let run = start(listen);
-    let post = request(listen, "POST", "/metrics").unwrap();
-    let delete = request(listen, "DELETE", "/").unwrap();
-    let missing = request(listen, "GET", "/metricz").unwrap();
-    let head = request(listen, "HEAD", "/metrics").unwrap();
-    let query = request(listen, "GET", "/metrics?name=x").unwrap();
+    let post = http_request(listen, "POST", "/metrics").unwrap();
+    let delete = http_request(listen, "DELETE", "/").unwrap();
+    let missing = http_request(listen, "GET", "/metricz").unwrap();
+    let head = http_request(listen, "HEAD", "/metrics").unwrap();
+    let query = http_request(listen, "GET", "/metrics?name=x").unwrap();
     run.stop();
     assert_eq!(post.0, 405, "{post:?}");
     assert!(

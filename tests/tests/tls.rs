@@ -19,17 +19,6 @@ const ANSWER_MS: u32 = 200;
 /// The test server's answer: headers and a 5-byte body.
 const RESPONSE_LEN: u64 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".len() as u64 + 5;
 
-fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
-    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
-    assert!(out.status.success(), "{cmd:?} failed: {}", out.status);
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn python_client(port: u16, args: &[&str]) -> Vec<Value> {
     run_json_lines(
         Command::new("python3")
@@ -580,7 +569,7 @@ fn a_library_only_another_mount_namespace_sees() {
     let go = cert.dir.join("go");
     let script = format!(
         "mount -t tmpfs none {ns} && cp {lib}/libssl.so.3 {lib}/libcrypto.so.3 {ns}/ && \
-         LD_LIBRARY_PATH={ns} exec python3 {client} --port {port} --wait-for {go}",
+         LD_LIBRARY_PATH={ns} exec python3 {client} --port {port} --wait-for {go} --connections 3",
         ns = ns_dir.display(),
         lib = libdir,
         client = helper("tls_client.py").display(),
@@ -596,7 +585,11 @@ fn a_library_only_another_mount_namespace_sees() {
     assert_eq!(lines.next().unwrap().unwrap(), "WAITING");
     let w = Watch::start(&["--port", &server.port.to_string()]);
     std::fs::write(&go, b"").unwrap();
-    let result: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let results: Vec<Value> = lines
+        .by_ref()
+        .take(3)
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
     assert!(client.wait().unwrap().success());
     let out = w.stop();
     let files = out.summary()["tls"]["files"].as_array().unwrap().clone();
@@ -607,9 +600,40 @@ fn a_library_only_another_mount_namespace_sees() {
             .any(|f| f["path"] == json!(ours) && f["probes"].as_u64() > Some(0)),
         "the namespace's libssl was not probed: {files:#?}"
     );
-    let r = only(&out, "local_port", &result["local_port"]);
-    let tls = &r["tls"];
-    assert_eq!(tls["library"], "openssl", "{r:#}");
-    assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-    agrees_with_client("python in its mount namespace", tls, &result, 1.0);
+    // Each connection's times lie inside the client's own clock around
+    // them and hold the injected delays; the least disturbed must agree
+    // within 1 ms. (One connection once came out 4 ms under the client's
+    // handshake clock with both CPUs busy: the client was scheduled late
+    // after the handshake returned.)
+    let mut gaps = (Vec::new(), Vec::new());
+    for result in &results {
+        let r = only(&out, "local_port", &result["local_port"]);
+        let tls = &r["tls"];
+        assert_eq!(tls["library"], "openssl", "{r:#}");
+        assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
+        let hs = ms_of(&tls["handshake_ns"]);
+        let ours_hs = hs + ms_of(&tls["setup_ns"]);
+        let own_hs = result["handshake_ms"].as_f64().unwrap();
+        assert_handshake("python in its mount namespace handshake", hs, HS_MS);
+        // The handshake calls lie inside the client's clock (setup starts at
+        // the connection's establishment, before the client's clock starts).
+        assert!(
+            hs <= own_hs + 0.1,
+            "handshake {hs:.3} ms, the client's {own_hs:.3} ms"
+        );
+        let ttfb = ms_of(&tls["ttfb_ns"]);
+        let own_ttfb = result["ttfb_ms"][0].as_f64().unwrap();
+        assert_delay("python in its mount namespace first byte", ttfb, ANSWER_MS);
+        assert!(
+            ttfb <= own_ttfb + 0.1,
+            "first byte {ttfb:.3} ms, the client's {own_ttfb:.3} ms"
+        );
+        gaps.0.push(own_hs - ours_hs);
+        gaps.1.push(own_ttfb - ttfb);
+    }
+    let least = |g: &[f64]| g.iter().map(|x| x.abs()).fold(f64::INFINITY, f64::min);
+    assert!(
+        least(&gaps.0) <= 1.0 && least(&gaps.1) <= 1.0,
+        "the client's handshake and first byte minus ours (ms): {gaps:?}"
+    );
 }

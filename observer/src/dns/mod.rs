@@ -6,7 +6,7 @@ pub mod message;
 pub mod record;
 pub mod wire;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aya::programs::uprobe::UProbeScope;
 
@@ -73,30 +73,10 @@ fn split(r: Result<String, String>) -> (Option<String>, Option<String>) {
     }
 }
 
-/// The cgroup v2 hierarchy's root as this process sees it mounted.
-fn cgroup2_root() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mounts.lines().find_map(|l| {
-        // "... root mountpoint opts ... - fstype source superopts"
-        let (left, right) = l.split_once(" - ")?;
-        let fstype = right.split_whitespace().next()?;
-        let mut f = left.split_whitespace();
-        let root = f.nth(3)?;
-        let mountpoint = f.next()?;
-        (fstype == "cgroup2" && root == "/").then(|| PathBuf::from(mountpoint))
-    })
-}
-
 /// The wire programs of the table on the root cgroup: they see every socket
 /// of the host's processes.
 fn attach_wire(probes: &mut Probes) -> Result<String, String> {
-    let root = cgroup2_root().ok_or("no cgroup v2 hierarchy mounted at its root")?;
-    let dir = std::fs::File::open(&root).map_err(|e| format!("{}: {e}", root.display()))?;
-    for p in programs::of(Feature::DnsWire) {
-        probes
-            .attach_cgroup(p.name, &dir, &root)
-            .map_err(|e| chain(&e))?;
-    }
+    let root = crate::cgroup::attach_on_root(probes, Feature::DnsWire)?;
     Ok(format!("port 53 on cgroup {}", root.display()))
 }
 

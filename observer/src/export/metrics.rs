@@ -40,6 +40,42 @@ pub const GPU_POWER: &str = "hw.power";
 pub const GPU_ERRORS: &str = "hw.errors";
 pub const GPU_PROC_UTIL: &str = "observer.gpu.process.utilization";
 pub const GPU_PROC_MEM: &str = "observer.gpu.process.memory.usage";
+pub const HTTP_CLIENT: &str = "http.client.request.duration";
+pub const HTTP_SERVER: &str = "http.server.request.duration";
+pub const GENAI_DURATION: &str = "gen_ai.client.operation.duration";
+pub const GENAI_TOKENS: &str = "gen_ai.client.token.usage";
+pub const GENAI_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+pub const GENAI_PER_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
+
+/// Token counts' bucket bounds (the GenAI semantic conventions' advice,
+/// extended to sixteen).
+pub const TOKEN_BUCKETS: [f64; 16] = [
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262144.0,
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
+];
+
+/// The bucket bounds of histogram `name`.
+fn bounds(name: &str) -> &'static [f64; 16] {
+    if name == GENAI_TOKENS {
+        &TOKEN_BUCKETS
+    } else {
+        &BUCKETS
+    }
+}
 
 /// A series' attributes, sorted by key.
 pub type Labels = Vec<(&'static str, String)>;
@@ -53,13 +89,10 @@ struct Hist {
 }
 
 impl Hist {
-    fn observe(&mut self, secs: f64) {
-        let i = BUCKETS
-            .iter()
-            .position(|&b| secs <= b)
-            .unwrap_or(BUCKETS.len());
+    fn observe(&mut self, bounds: &[f64; 16], v: f64) {
+        let i = bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len());
         self.counts[i] += 1;
-        self.sum += secs;
+        self.sum += v;
         self.count += 1;
     }
 }
@@ -117,6 +150,37 @@ const DESCRIPTIONS: &[Described] = &[
         unit: "{probe}",
         description: "Probes attached",
     },
+    Described {
+        name: HTTP_CLIENT,
+        unit: "s",
+        description: "HTTP client requests: first byte of the request to the end of the answer",
+    },
+    Described {
+        name: HTTP_SERVER,
+        unit: "s",
+        description: "HTTP server requests: the request read to the end of the answer written",
+    },
+    Described {
+        name: GENAI_DURATION,
+        unit: "s",
+        description: "LLM API calls, as the client saw them",
+    },
+    Described {
+        name: GENAI_TOKENS,
+        unit: "{token}",
+        description:
+            "Tokens per LLM API call, by gen_ai.token.type, from the usage the server sent",
+    },
+    Described {
+        name: GENAI_FIRST_CHUNK,
+        unit: "s",
+        description: "LLM API calls: request start to the first chunk of generated content",
+    },
+    Described {
+        name: GENAI_PER_CHUNK,
+        unit: "s",
+        description: "LLM API streams: mean time between chunks after the first",
+    },
 ];
 
 fn describe(name: &str) -> &'static Described {
@@ -172,7 +236,7 @@ impl Metrics {
         self.hists
             .entry((metric, labels))
             .or_default()
-            .observe(secs);
+            .observe(bounds(metric), secs);
     }
 
     fn add(&mut self, metric: &'static str, labels: Labels, v: u64) {
@@ -277,18 +341,93 @@ impl Metrics {
         self.observe(DNS, l, r.duration_ns as f64 / 1e9);
     }
 
+    /// A finished HTTP request: its duration by method, status and server;
+    /// for an LLM API call, the GenAI metrics (client side only: a server's
+    /// view of its own calls is `http.server.request.duration`). No path or
+    /// id is an attribute: series stay bounded.
+    pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
+        let (server, port) = r.server();
+        let mut l: Labels = vec![
+            (
+                "http.request.method",
+                r.method.clone().unwrap_or_else(|| "_OTHER".into()),
+            ),
+            ("server.address", server.clone()),
+            ("server.port", port.to_string()),
+        ];
+        if let Some(st) = r.status {
+            l.push(("http.response.status_code", st.to_string()));
+        }
+        // As the HTTP conventions say: a 5xx status is the error type.
+        let error: Option<String> = r
+            .error
+            .map(str::to_owned)
+            .or_else(|| r.status.filter(|&s| s >= 500).map(|s| s.to_string()));
+        if let Some(e) = &error {
+            l.push(("error.type", e.clone()));
+        }
+        l.sort();
+        let secs = r.duration_ns as f64 / 1e9;
+        let metric = match r.direction {
+            Direction::Outbound => HTTP_CLIENT,
+            Direction::Inbound => HTTP_SERVER,
+        };
+        self.observe(metric, l, secs);
+        let (Some(g), Direction::Outbound) = (&r.gen_ai, r.direction) else {
+            return;
+        };
+        let mut l: Labels = vec![
+            ("gen_ai.operation.name", g.operation.into()),
+            ("gen_ai.provider.name", g.provider.into()),
+            ("server.address", server),
+            ("server.port", port.to_string()),
+        ];
+        if let Some(m) = &g.request_model {
+            l.push(("gen_ai.request.model", m.clone()));
+        }
+        if let Some(m) = &g.response_model {
+            l.push(("gen_ai.response.model", m.clone()));
+        }
+        l.sort();
+        let mut with_error = l.clone();
+        if let Some(e) = error {
+            with_error.push(("error.type", e));
+            with_error.sort();
+        }
+        self.observe(GENAI_DURATION, with_error, secs);
+        for (kind, n) in [("input", g.input_tokens), ("output", g.output_tokens)] {
+            if let Some(n) = n {
+                let mut t = l.clone();
+                t.push(("gen_ai.token.type", kind.into()));
+                t.sort();
+                self.observe(GENAI_TOKENS, t, n as f64);
+            }
+        }
+        if let Some(t) = g.time_to_first_token_ns {
+            self.observe(GENAI_FIRST_CHUNK, l.clone(), t as f64 / 1e9);
+        }
+        if let Some(gap) = r.stream.as_ref().and_then(|s| s.mean_gap_ns) {
+            self.observe(GENAI_PER_CHUNK, l, gap as f64 / 1e9);
+        }
+    }
+
     /// Prometheus text exposition (format 0.0.4).
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         let mut last = "";
         for ((name, labels), h) in &self.hists {
-            let base = prom_name(name, "_seconds");
+            let unit = if describe(name).unit == "s" {
+                "_seconds"
+            } else {
+                ""
+            };
+            let base = prom_name(name, unit);
             if *name != last {
                 header(&mut out, &base, name, "histogram");
                 last = name;
             }
             let mut cumulative = 0;
-            for (i, bound) in BUCKETS.iter().enumerate() {
+            for (i, bound) in bounds(name).iter().enumerate() {
                 cumulative += h.counts[i];
                 let le = format!("{bound}");
                 out.push_str(&format!(
@@ -351,7 +490,7 @@ impl Metrics {
                 count: h.count,
                 sum: Some(h.sum),
                 bucket_counts: h.counts.to_vec(),
-                explicit_bounds: BUCKETS.to_vec(),
+                explicit_bounds: bounds(name).to_vec(),
                 ..HistogramDataPoint::default()
             });
         }

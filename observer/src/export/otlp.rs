@@ -382,6 +382,10 @@ impl Sampling {
                 r.duration_ns.unwrap_or(0),
             ),
             Traced::Dns(r) => (r.result != "ok", r.duration_ns),
+            Traced::Request(r) => (
+                r.error.is_some() || r.status.is_some_and(|s| s >= 500),
+                r.duration_ns,
+            ),
         };
         let slow = duration_ns >= self.slow.as_nanos() as u64;
         failed || slow || (draw as f64 / u64::MAX as f64) < self.ratio

@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::{
 use super::attrs::{error_type, f, i, s, Ids};
 use crate::{
     dns::DnsRecord,
+    http::RequestRecord,
     record::{ConnRecord, Direction, Family},
 };
 
@@ -29,6 +30,8 @@ pub enum Traced {
     Conn(ConnRecord),
     /// A lookup that led to no connection.
     Dns(DnsRecord),
+    /// An HTTP request (an LLM API call among them).
+    Request(Box<RequestRecord>),
 }
 
 /// The process behind a record.
@@ -49,6 +52,11 @@ impl Traced {
             Traced::Dns(r) => Proc {
                 pid: Some(r.pid),
                 comm: Some(&r.comm),
+                exe: r.exe.as_deref(),
+            },
+            Traced::Request(r) => Proc {
+                pid: r.pid,
+                comm: r.comm.as_deref(),
                 exe: r.exe.as_deref(),
             },
         }
@@ -119,6 +127,14 @@ fn ends(r: &ConnRecord) -> Ends {
             server_addr: r.local_addr.to_string(),
             server_port: r.local_port,
         },
+    }
+}
+
+/// A client's side is a CLIENT span, a server's a SERVER span.
+fn span_kind(d: Direction) -> SpanKind {
+    match d {
+        Direction::Outbound => SpanKind::Client,
+        Direction::Inbound => SpanKind::Server,
     }
 }
 
@@ -209,10 +225,7 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
             ));
         }
     }
-    let kind = match r.direction {
-        Direction::Outbound => SpanKind::Client,
-        Direction::Inbound => SpanKind::Server,
-    };
+    let kind = span_kind(r.direction);
     let mut out = vec![Span {
         trace_id: trace_id.clone(),
         span_id: root_id.clone(),
@@ -344,6 +357,109 @@ pub fn dns_spans(r: &DnsRecord, ids: &mut Ids) -> Vec<Span> {
     }]
 }
 
+/// A request as a trace: one span, `{method}` (HTTP semantic conventions)
+/// or `{operation} {model}` for an LLM API call (GenAI conventions), CLIENT
+/// or SERVER, with a child for the wait for the answer's first byte.
+pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
+    let trace_id = ids.trace_id();
+    let root_id = ids.span_id();
+    let (server, port) = r.server();
+    let method = r.method.clone().unwrap_or_else(|| "HTTP".into());
+    let mut attrs = vec![
+        s("http.request.method", method.clone()),
+        s("server.address", server),
+        i("server.port", i64::from(port)),
+        s("network.protocol.version", "1.1"),
+        i("observer.request_bytes", r.request_bytes as i64),
+        i("observer.response_bytes", r.response_bytes as i64),
+    ];
+    if let Some(p) = &r.path {
+        attrs.push(s("url.path", p.clone()));
+    }
+    if let Some(st) = r.status {
+        attrs.push(i("http.response.status_code", i64::from(st)));
+    }
+    if let Some(n) = r.request_index {
+        attrs.push(i("observer.request_index", i64::from(n)));
+    }
+    if let Some(st) = &r.stream {
+        if let Some(n) = st.events {
+            attrs.push(i("observer.stream.events", i64::from(n)));
+        }
+    }
+    let mut name = method;
+    if let Some(g) = &r.gen_ai {
+        name = match &g.request_model {
+            Some(m) => format!("{} {m}", g.operation),
+            None => g.operation.to_owned(),
+        };
+        attrs.push(s("gen_ai.operation.name", g.operation));
+        attrs.push(s("gen_ai.provider.name", g.provider));
+        if let Some(m) = &g.request_model {
+            attrs.push(s("gen_ai.request.model", m.clone()));
+        }
+        if let Some(m) = &g.response_model {
+            attrs.push(s("gen_ai.response.model", m.clone()));
+        }
+        if let Some(n) = g.input_tokens {
+            attrs.push(i("gen_ai.usage.input_tokens", n as i64));
+        }
+        if let Some(n) = g.output_tokens {
+            attrs.push(i("gen_ai.usage.output_tokens", n as i64));
+        }
+        if let Some(reason) = &g.finish_reason {
+            attrs.push(s("gen_ai.response.finish_reasons", reason.clone()));
+        }
+        if let Some(t) = g.time_to_first_token_ns {
+            attrs.push(f("gen_ai.response.time_to_first_chunk", t as f64 / 1e9));
+        }
+        attrs.push(s(
+            "gen_ai.request.stream",
+            if g.stream { "true" } else { "false" },
+        ));
+    }
+    // The HTTP conventions: a server's 5xx, a client's 4xx and 5xx are errors.
+    let bad_status = r.status.is_some_and(|st| match r.direction {
+        Direction::Outbound => st >= 400,
+        Direction::Inbound => st >= 500,
+    });
+    let error = r
+        .error
+        .map(str::to_owned)
+        .or_else(|| bad_status.then(|| r.status.unwrap_or(0).to_string()));
+    if let Some(e) = &error {
+        attrs.push(s("error.type", e.clone()));
+    }
+    let kind = span_kind(r.direction);
+    let mut out = vec![Span {
+        trace_id: trace_id.clone(),
+        span_id: root_id.clone(),
+        name,
+        kind: kind as i32,
+        start_time_unix_nano: r.start_unix_ns,
+        end_time_unix_nano: r.end_unix_ns,
+        attributes: attrs,
+        status: error.map(|e| Status {
+            code: StatusCode::Error as i32,
+            message: e,
+        }),
+        ..Span::default()
+    }];
+    if let Some(t) = r.ttfb_ns {
+        out.push(Span {
+            trace_id,
+            span_id: ids.span_id(),
+            parent_span_id: root_id,
+            name: "wait first byte".into(),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: r.start_unix_ns,
+            end_time_unix_nano: r.start_unix_ns + t,
+            ..Span::default()
+        });
+    }
+    out
+}
+
 /// One export request for many records, one resource per process.
 pub fn request(
     records: &[Traced],
@@ -359,6 +475,7 @@ pub fn request(
         match r {
             Traced::Conn(c) => entry.1.extend(spans(c, ids)),
             Traced::Dns(d) => entry.1.extend(dns_spans(d, ids)),
+            Traced::Request(r) => entry.1.extend(request_spans(r, ids)),
         }
     }
     ExportTraceServiceRequest {

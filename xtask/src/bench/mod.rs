@@ -36,7 +36,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub flood: Option<usize>,
     /// Only these workloads (https_keepalive, https_keepalive_half_rate,
-    /// https_new_conn, http_churn, flood, pipeline, soak). The soak runs only when named here or given --soak-seconds.
+    /// https_new_conn, http_keepalive, http_churn, flood, pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only re-render bench/RESULTS.md from target/bench/results.json and
@@ -92,6 +92,13 @@ fn workloads() -> Vec<Workload> {
             url: format!("https://127.0.0.1:{HTTPS_PORT}/"),
             conns: 16,
             close: true,
+            paced: false,
+        },
+        Workload {
+            name: "http_keepalive",
+            url: format!("http://127.0.0.1:{HTTP_PORT}/"),
+            conns: 16,
+            close: false,
             paced: false,
         },
         Workload {

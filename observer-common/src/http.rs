@@ -1,0 +1,66 @@
+//! Plaintext that the HTTP parser reads: from TLS library calls, and from
+//! the packets of plain TCP connections.
+
+/// [`crate::TlsConn::http`] and [`crate::Conn::http`] values.
+pub const UNKNOWN: u8 = 0;
+pub const YES: u8 = 1;
+pub const NO: u8 = 2;
+
+/// Plain HTTP/1.x connections whose sequence numbers are followed at once.
+pub const MAX_HTTP_SOCKS: u32 = 65_536;
+
+/// What the packet programs keep per plain HTTP/1.x connection.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HttpSock {
+    /// Next sequence number expected each way (0: egress, 1: ingress; 0:
+    /// none seen yet).
+    pub next_seq: [u32; 2],
+    /// Start of the current rate window, and the segments copied in it.
+    pub window_start_ns: u64,
+    pub window_segments: u32,
+    pub _pad: u32,
+}
+
+/// Segments one plain connection may have copied per [`crate::tls::RATE_WINDOW_NS`]
+/// (50 ms) window, both ways together: 2,000 a second, as many as the TLS
+/// plaintext probes allow a process. A connection past it (a load test, a
+/// busy keep-alive API) is no longer copied, and counted.
+pub const BUSY_SEGMENTS: u32 = 100;
+
+/// Bytes of a call's buffer (or a packet's payload) a [`PlaintextEvent`]
+/// carries: all of it up to this size, else its first and last
+/// [`DATA_HALF`] bytes.
+pub const DATA_CAPTURE: usize = 1024;
+pub const DATA_HALF: usize = DATA_CAPTURE / 2;
+
+/// Record for [`crate::EventKind::Plaintext`]: a plaintext read or write
+/// that moved data on an HTTP/1.x connection (a TLS library call, or a TCP
+/// segment of a plain connection), with the connection as it stood.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlaintextEvent {
+    pub hdr: crate::EventHeader,
+    pub conn: crate::Conn,
+    /// The call's entry and return (a packet: when it passed, both).
+    pub entry_ns: u64,
+    pub ret_ns: u64,
+    /// Bytes the call or the segment moved.
+    pub len: u32,
+    /// [`crate::tls::op::READ`] (the connection's owner received) or
+    /// [`crate::tls::op::WRITE`] (it sent).
+    pub op: u8,
+    /// [`DATA_FROM_START`], [`DATA_PLAIN`].
+    pub flags: u8,
+    pub _pad: [u8; 2],
+    pub data: [u8; DATA_CAPTURE],
+}
+
+/// Nothing moved on the connection (after its TLS handshake) before this:
+/// it carries the connection's first exchange, not one after data the
+/// probes missed.
+pub const DATA_FROM_START: u8 = 1;
+/// From a plain TCP segment (not a TLS library call).
+pub const DATA_PLAIN: u8 = 2;
+
+const _: () = assert!(core::mem::size_of::<PlaintextEvent>() == 16 + 160 + 24 + DATA_CAPTURE);

@@ -1,0 +1,175 @@
+//! cgroup_skb programs on the root cgroup: the payload of plain (not TLS)
+//! TCP connections the observer tracks, for the HTTP/1.x parser.
+//!
+//! Packets, not syscall tracepoints: a syscall tracepoint slows every
+//! syscall on the machine, while these cost a CONNS lookup per TCP packet
+//! and leave at once for connections already found not to be HTTP/1.x (the
+//! first payload decides) or that carry TLS (the library probes see their
+//! plaintext). A segment's payload goes up whole to DATA_CAPTURE bytes, else
+//! its first and last halves; retransmitted bytes are skipped by sequence
+//! number, so a request is never seen twice.
+
+use aya_ebpf::{
+    helpers::bpf_skb_load_bytes,
+    macros::{cgroup_skb, map},
+    maps::LruHashMap,
+    programs::SkBuffContext,
+    EbpfContext,
+};
+use observer_common::{
+    http::{
+        self, HttpSock, PlaintextEvent, BUSY_SEGMENTS, DATA_CAPTURE, DATA_FROM_START, DATA_HALF,
+        DATA_PLAIN, MAX_HTTP_SOCKS,
+    },
+    tls::{op, RATE_WINDOW_NS},
+    Counter, EventKind, FLAG_TLS, IPPROTO_TCP,
+};
+
+use crate::{
+    cgroup_skb::layers,
+    ctx::now_ns,
+    events::{is_http, reserve, submit_flags},
+    maps::{count, CONNS},
+};
+
+/// Sequence numbers and copy rate of each plain HTTP/1.x connection.
+#[map(name = "HTTP_SOCKS")]
+pub static HTTP_SOCKS: LruHashMap<u64, HttpSock> = LruHashMap::with_max_entries(MAX_HTTP_SOCKS, 0);
+
+#[cgroup_skb(egress)]
+pub fn http_egress(ctx: SkBuffContext) -> i32 {
+    let _ = packet(&ctx, true);
+    1
+}
+
+#[cgroup_skb(ingress)]
+pub fn http_ingress(ctx: SkBuffContext) -> i32 {
+    let _ = packet(&ctx, false);
+    1
+}
+
+/// Copies `n` (1..=DATA_CAPTURE - at) payload bytes at `off` into the
+/// record's data at `at`.
+#[inline(always)]
+unsafe fn copy(
+    ctx: &SkBuffContext,
+    ev: *mut PlaintextEvent,
+    at: usize,
+    off: usize,
+    n: usize,
+) -> bool {
+    // ((n - 1) & (cap - 1)) + 1 == n for 1..=cap; the verifier needs the
+    // size bounded away from 0 and the buffer's end.
+    let cap = if at == 0 { DATA_CAPTURE } else { DATA_HALF };
+    let size = ((n as u32).wrapping_sub(1) & (cap as u32 - 1)) + 1;
+    let dst = core::ptr::addr_of_mut!((*ev).data).cast::<u8>().add(at);
+    bpf_skb_load_bytes(ctx.as_ptr().cast(), off as u32, dst.cast(), size) == 0
+}
+
+#[inline(always)]
+fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
+    // SAFETY: the program's own context; the socket pointer is only compared
+    // and used as the CONNS key (the socket's address, as the tracepoints
+    // see it).
+    let sk = unsafe { (*ctx.skb.skb).__bindgen_anon_2.sk };
+    if sk.is_null() {
+        return None;
+    }
+    let key = sk as u64;
+    let conn = CONNS.get_ptr_mut(&key)?;
+    // SAFETY: a live map value, valid for this program run.
+    let conn = unsafe { &mut *conn };
+    if conn.http == http::NO || conn.flags & FLAG_TLS != 0 {
+        return None;
+    }
+    let l = layers(ctx)?;
+    if u16::from(l.proto) != IPPROTO_TCP {
+        return None;
+    }
+    let doff: u8 = ctx.load(l.l4 + 12).ok()?;
+    let payload = l.l4 + usize::from(doff >> 4) * 4;
+    let total = ctx.len() as usize;
+    if total <= payload {
+        // An ACK, SYN or FIN without data.
+        return None;
+    }
+    let len = total - payload;
+    let seq = u32::from_be_bytes(ctx.load::<[u8; 4]>(l.l4 + 4).ok()?);
+    let dir = usize::from(!egress);
+    let first = conn.http == http::UNKNOWN;
+    let end = seq.wrapping_add(len as u32);
+    let now = now_ns();
+    if first {
+        let start = if len < 4 {
+            0
+        } else {
+            u32::from_le_bytes(ctx.load::<[u8; 4]>(payload).ok()?)
+        };
+        if !is_http(start) {
+            conn.http = http::NO;
+            return None;
+        }
+        let mut st = HttpSock {
+            window_start_ns: now,
+            window_segments: 1,
+            ..HttpSock::default()
+        };
+        st.next_seq[dir & 1] = end;
+        if HTTP_SOCKS.insert(&key, &st, 0).is_err() {
+            count(Counter::HttpInsertFailed);
+            conn.http = http::NO;
+            return None;
+        }
+        conn.http = http::YES;
+    } else {
+        let Some(st) = HTTP_SOCKS.get_ptr_mut(&key) else {
+            // Evicted (the map is an LRU): nothing more is copied.
+            conn.http = http::NO;
+            return None;
+        };
+        // SAFETY: a live map value.
+        let st = unsafe { &mut *st };
+        let want = st.next_seq[dir & 1];
+        // Bytes already seen (a retransmission) end at or before what we expect.
+        if want != 0 && (end.wrapping_sub(want) as i32) <= 0 {
+            return None;
+        }
+        st.next_seq[dir & 1] = end;
+        if now.saturating_sub(st.window_start_ns) > RATE_WINDOW_NS {
+            st.window_start_ns = now;
+            st.window_segments = 0;
+        }
+        st.window_segments += 1;
+        if st.window_segments > BUSY_SEGMENTS {
+            count(Counter::HttpBusy);
+            conn.http = http::NO;
+            let _ = HTTP_SOCKS.remove(&key);
+            return None;
+        }
+    }
+    let mut entry = reserve::<PlaintextEvent>(EventKind::Plaintext, now)?;
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is a reserved record of the right size.
+    let ok = unsafe {
+        (*ev).conn = *conn;
+        (*ev).entry_ns = now;
+        (*ev).ret_ns = now;
+        (*ev).len = len as u32;
+        (*ev).op = if egress { op::WRITE } else { op::READ };
+        let from_start = first && conn.bytes_tx == 0 && conn.bytes_rx == 0;
+        (*ev).flags = DATA_PLAIN | if from_start { DATA_FROM_START } else { 0 };
+        (*ev)._pad = [0; 2];
+        if len <= DATA_CAPTURE {
+            copy(ctx, ev, 0, payload, len)
+        } else {
+            copy(ctx, ev, 0, payload, DATA_HALF)
+                && copy(ctx, ev, DATA_HALF, payload + len - DATA_HALF, DATA_HALF)
+        }
+    };
+    if ok {
+        entry.submit(submit_flags());
+    } else {
+        entry.discard(0);
+    }
+    Some(())
+}

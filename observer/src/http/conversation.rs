@@ -1,0 +1,382 @@
+//! One connection's HTTP/1.x requests, in order, from its plaintext calls.
+//!
+//! The side that writes requests is the client (an outbound connection's
+//! owner); its times are the calls' own: a client's request starts at the
+//! entry of its first write and its answer's first byte is the return of
+//! its first read (curl's `time_starttransfer - time_pretransfer`); a
+//! server's request starts when its read returns and its answer at the
+//! entry of its first write.
+
+use observer_common::{
+    http::{PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
+    tls::op,
+};
+
+use super::{
+    gen_ai::{self, carries_content, Call},
+    head::{self, Framing, Head},
+    scan::sse_events,
+};
+
+/// A request and its answer, times in CLOCK_MONOTONIC ns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// 1 for the connection's first request; None when calls before the
+    /// first one seen were missed (the probes came in mid-connection).
+    pub index: Option<u32>,
+    pub request: Option<Head>,
+    pub start_ns: u64,
+    pub request_bytes: u64,
+    pub response: Option<Head>,
+    pub first_byte_ns: u64,
+    pub last_ns: u64,
+    pub response_bytes: u64,
+    /// Body bytes of the answer seen so far (None: its head's end was not seen).
+    body_bytes: Option<u64>,
+    pub complete: bool,
+    pub stream: Option<Stream>,
+    /// (provider, operation) for an LLM API call.
+    pub api: Option<(&'static str, &'static str)>,
+    pub call: Call,
+    pub first_content_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stream {
+    /// None once a read was too long to be copied whole (its middle unseen).
+    pub events: Option<u32>,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub gap_sum_ns: u64,
+    pub gap_max_ns: u64,
+    pub gaps: u32,
+}
+
+/// Why an exchange ended without a complete answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// The connection closed first.
+    Closed,
+}
+
+#[derive(Debug, Default)]
+pub struct Conversation {
+    requests: u32,
+    /// Whether the first call seen was the connection's first exchange
+    /// (None: no call seen yet).
+    from_start: Option<bool>,
+    current: Option<Exchange>,
+    /// Answers seen without their request (the probes came in between).
+    pub orphans: u64,
+}
+
+/// The contiguous pieces of a call's bytes that were copied.
+fn pieces(ev: &PlaintextEvent) -> (&[u8], Option<&[u8]>) {
+    let len = ev.len as usize;
+    if len <= DATA_CAPTURE {
+        (&ev.data[..len], None)
+    } else {
+        (&ev.data[..DATA_HALF], Some(&ev.data[DATA_HALF..]))
+    }
+}
+
+impl Conversation {
+    /// Takes one call's bytes; returns the exchanges it completed.
+    pub fn feed(&mut self, ev: &PlaintextEvent, outbound: bool) -> Vec<Exchange> {
+        let wrote = ev.op == op::WRITE;
+        let mut done = Vec::new();
+        self.from_start
+            .get_or_insert(ev.flags & DATA_FROM_START != 0);
+        if wrote == outbound {
+            self.request_bytes(ev, outbound, &mut done);
+        } else {
+            self.response_bytes(ev, outbound, &mut done);
+        }
+        done
+    }
+
+    /// The connection closed: an exchange in flight ends.
+    pub fn close(&mut self) -> Option<(Exchange, Option<Cut>)> {
+        let x = self.current.take()?;
+        let cut = (!x.complete).then_some(Cut::Closed);
+        Some((x, cut))
+    }
+
+    fn request_bytes(&mut self, ev: &PlaintextEvent, outbound: bool, done: &mut Vec<Exchange>) {
+        let t = if outbound { ev.entry_ns } else { ev.ret_ns };
+        let (first, second) = pieces(ev);
+        let starts = head::request(first);
+        let continuing = self
+            .current
+            .as_ref()
+            .is_some_and(|x| x.response.is_none() && starts.is_none());
+        if continuing {
+            if let Some(x) = &mut self.current {
+                x.request_bytes += u64::from(ev.len);
+                if x.api.is_some() {
+                    x.call.request_piece(first);
+                    if let Some(s) = second {
+                        x.call.request_piece(s);
+                    }
+                }
+            }
+            return;
+        }
+        let Some(h) = starts else {
+            // Request bytes with no request started: not HTTP we follow.
+            return;
+        };
+        // A new request ends the one before (its answer had no length).
+        if let Some(prev) = self.current.take() {
+            done.push(prev);
+        }
+        self.requests += 1;
+        let api = h.path.as_deref().and_then(gen_ai::api);
+        let mut x = Exchange {
+            index: (self.from_start == Some(true)).then_some(self.requests),
+            start_ns: t,
+            request_bytes: u64::from(ev.len),
+            api,
+            ..Exchange::default()
+        };
+        if api.is_some() {
+            let body = h.len.map_or(&first[..0], |l| &first[l.min(first.len())..]);
+            x.call.request_piece(body);
+            if let Some(s) = second {
+                x.call.request_piece(s);
+            }
+        }
+        x.request = Some(h);
+        self.current = Some(x);
+    }
+
+    fn response_bytes(&mut self, ev: &PlaintextEvent, outbound: bool, done: &mut Vec<Exchange>) {
+        let t = if outbound { ev.ret_ns } else { ev.entry_ns };
+        let end_t = ev.ret_ns;
+        let (first, second) = pieces(ev);
+        let Some(x) = &mut self.current else {
+            self.orphans += 1;
+            return;
+        };
+        let body: &[u8];
+        if x.response.is_none() {
+            let Some(h) = head::response(first) else {
+                self.orphans += 1;
+                return;
+            };
+            if h.status.is_some_and(|s| (100..200).contains(&s)) {
+                // An interim answer (100 Continue): the real one follows.
+                return;
+            }
+            x.first_byte_ns = t;
+            body = h.len.map_or(&first[..0], |l| &first[l.min(first.len())..]);
+            x.body_bytes = h.len.map(|l| u64::from(ev.len).saturating_sub(l as u64));
+            if h.content_type.as_deref() == Some("text/event-stream") {
+                x.stream = Some(Stream {
+                    events: Some(0),
+                    ..Stream::default()
+                });
+            }
+            x.response = Some(h);
+        } else {
+            body = first;
+            if let Some(b) = &mut x.body_bytes {
+                *b += u64::from(ev.len);
+            }
+        }
+        x.response_bytes += u64::from(ev.len);
+        x.last_ns = end_t;
+        if let Some(s) = &mut x.stream {
+            match (s.events, second) {
+                (Some(n), None) => {
+                    let k = sse_events(body);
+                    if k > 0 {
+                        if s.first_ns == 0 {
+                            s.first_ns = t;
+                        } else {
+                            let gap = t.saturating_sub(s.last_ns);
+                            s.gap_sum_ns += gap;
+                            s.gap_max_ns = s.gap_max_ns.max(gap);
+                            s.gaps += 1;
+                        }
+                        // Events that came in one read came together.
+                        s.gaps += k - 1;
+                        s.last_ns = t;
+                        s.events = Some(n + k);
+                    }
+                }
+                _ => s.events = None,
+            }
+        }
+        if x.api.is_some() {
+            x.call.response_piece(body);
+            if let Some(s) = second {
+                x.call.response_piece(s);
+            }
+            if x.first_content_ns == 0
+                && (carries_content(body) || second.is_some_and(carries_content))
+            {
+                x.first_content_ns = t;
+            }
+        }
+        let tail = second.unwrap_or(body);
+        let framing = x.response.as_ref().map_or(Framing::Close, |h| h.framing);
+        x.complete = match framing {
+            Framing::Length(n) => x.body_bytes.is_some_and(|b| b >= n),
+            Framing::Chunked => tail.ends_with(b"0\r\n\r\n"),
+            Framing::Close => false,
+        };
+        if x.complete {
+            if let Some(x) = self.current.take() {
+                done.push(x);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::Conn;
+
+    use super::*;
+
+    fn call(op: u8, t: u64, bytes: &[u8]) -> PlaintextEvent {
+        let mut data = [0u8; DATA_CAPTURE];
+        let len = bytes.len();
+        if len <= DATA_CAPTURE {
+            data[..len].copy_from_slice(bytes);
+        } else {
+            data[..DATA_HALF].copy_from_slice(&bytes[..DATA_HALF]);
+            data[DATA_HALF..].copy_from_slice(&bytes[len - DATA_HALF..]);
+        }
+        PlaintextEvent {
+            hdr: Default::default(),
+            conn: Conn::default(),
+            entry_ns: t,
+            ret_ns: t + 10,
+            len: len as u32,
+            op,
+            flags: DATA_FROM_START,
+            _pad: [0; 2],
+            data,
+        }
+    }
+
+    fn chunk(s: &str) -> String {
+        format!("{:x}\r\n{s}\r\n", s.len())
+    }
+
+    #[test]
+    fn a_streamed_chat_completion_from_the_client() {
+        let mut c = Conversation::default();
+        let body = r#"{"messages":[{"role":"user","content":"hi"}],"model":"tiny","stream":true}"#;
+        let req = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        assert!(c
+            .feed(&call(op::WRITE, 1_000, req.as_bytes()), true)
+            .is_empty());
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(c
+            .feed(&call(op::READ, 300_000, head.as_bytes()), true)
+            .is_empty());
+        let role = chunk("data: {\"model\":\"tiny-v2\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n");
+        c.feed(&call(op::READ, 301_000, role.as_bytes()), true);
+        for i in 0..3u64 {
+            let ev = chunk(&format!(
+                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"w{i}\"}}}}]}}\n\n"
+            ));
+            c.feed(&call(op::READ, 340_000 + i * 40_000, ev.as_bytes()), true);
+        }
+        let usage = chunk(
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}\n\n",
+        ) + &chunk("data: [DONE]\n\n")
+            + "0\r\n\r\n";
+        let done = c.feed(&call(op::READ, 500_000, usage.as_bytes()), true);
+        assert_eq!(done.len(), 1);
+        let x = &done[0];
+        assert_eq!(x.index, Some(1));
+        assert!(x.complete);
+        assert_eq!(x.start_ns, 1_000);
+        assert_eq!(x.first_byte_ns, 300_010);
+        assert_eq!(x.first_content_ns, 340_010);
+        assert_eq!(x.api, Some(("openai", "chat")));
+        assert_eq!(x.call.request_model.as_deref(), Some("tiny"));
+        assert_eq!(x.call.response_model.as_deref(), Some("tiny-v2"));
+        assert_eq!(
+            (x.call.input_tokens, x.call.output_tokens),
+            (Some(5), Some(3))
+        );
+        let s = x.stream.as_ref().expect("present");
+        // The role chunk, three words, usage and [DONE].
+        assert_eq!(s.events, Some(6));
+        assert_eq!(s.first_ns, 301_010);
+        assert_eq!(s.gap_max_ns, 80_000);
+        assert_eq!(
+            x.response_bytes,
+            (head.len() + role.len() + usage.len()) as u64
+                + 3 * chunk("data: {\"choices\":[{\"delta\":{\"content\":\"w0\"}}]}\n\n").len()
+                    as u64
+        );
+    }
+
+    #[test]
+    fn keep_alive_requests_are_numbered_and_a_cut_answer_is_incomplete() {
+        let mut c = Conversation::default();
+        for i in 1..=2u64 {
+            c.feed(
+                &call(op::READ, i * 1000, b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n"),
+                false,
+            );
+            let done = c.feed(
+                &call(
+                    op::WRITE,
+                    i * 1000 + 500,
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                ),
+                false,
+            );
+            assert_eq!(done.len(), 1);
+            assert_eq!(done[0].index, Some(i as u32));
+            // A server's request starts when its read returns.
+            assert_eq!(done[0].start_ns, i * 1000 + 10);
+            assert_eq!(done[0].first_byte_ns, i * 1000 + 500);
+        }
+        c.feed(
+            &call(op::READ, 9000, b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n"),
+            false,
+        );
+        c.feed(
+            &call(
+                op::WRITE,
+                9500,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok",
+            ),
+            false,
+        );
+        let (x, cut) = c.close().expect("present");
+        assert_eq!((x.index, cut), (Some(3), Some(Cut::Closed)));
+    }
+
+    #[test]
+    fn requests_after_missed_calls_are_not_numbered() {
+        let mut c = Conversation::default();
+        let mut late = call(op::WRITE, 1, b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+        late.flags = 0;
+        c.feed(&late, true);
+        let done = c.feed(&call(op::READ, 5, b"HTTP/1.1 204 No Content\r\n\r\n"), true);
+        assert_eq!(done[0].index, None);
+    }
+
+    #[test]
+    fn an_answer_without_its_request_is_an_orphan() {
+        let mut c = Conversation::default();
+        c.feed(
+            &call(op::READ, 1, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+            true,
+        );
+        assert_eq!(c.orphans, 1);
+        assert!(c.close().is_none());
+    }
+}

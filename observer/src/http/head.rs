@@ -1,0 +1,155 @@
+//! Request and response heads of HTTP/1.x.
+
+use super::scan::find;
+
+/// How a message's body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    Length(u64),
+    Chunked,
+    /// At the connection's close (or unknown: the head was not all seen).
+    Close,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// Request: method; response: the status code.
+    pub method: Option<String>,
+    pub status: Option<u16>,
+    /// Request target without its query.
+    pub path: Option<String>,
+    pub query: Option<String>,
+    pub host: Option<String>,
+    pub content_type: Option<String>,
+    pub framing: Framing,
+    /// Bytes of the head, blank line included (None: its end was not seen).
+    pub len: Option<usize>,
+}
+
+const METHODS: [&str; 9] = [
+    "GET", "POST", "PUT", "HEAD", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+];
+
+/// A request head at the start of `b`.
+pub fn request(b: &[u8]) -> Option<Head> {
+    let (first, headers, len) = split(b)?;
+    let mut parts = first.split(' ');
+    let method = parts.next()?;
+    if !METHODS.contains(&method) {
+        return None;
+    }
+    let target = parts.next()?;
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_owned())),
+        None => (target, None),
+    };
+    let mut h = fields(headers, len);
+    h.method = Some(method.to_owned());
+    h.path = Some(path.to_owned());
+    h.query = query;
+    if h.framing == Framing::Close && h.len.is_some() {
+        // A request without a length has no body.
+        h.framing = Framing::Length(0);
+    }
+    Some(h)
+}
+
+/// A response head at the start of `b`.
+pub fn response(b: &[u8]) -> Option<Head> {
+    let (first, headers, len) = split(b)?;
+    let mut parts = first.split(' ');
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let status: u16 = parts.next()?.parse().ok()?;
+    let mut h = fields(headers, len);
+    h.status = Some(status);
+    if status == 204 || status == 304 || (100..200).contains(&status) {
+        h.framing = Framing::Length(0);
+    }
+    Some(h)
+}
+
+/// The first line, the header lines, and the head's length if its end is
+/// in `b`.
+fn split(b: &[u8]) -> Option<(String, String, Option<usize>)> {
+    let (head, len) = match find(b, b"\r\n\r\n") {
+        Some(i) => (&b[..i], Some(i + 4)),
+        None => (b, None),
+    };
+    let text = String::from_utf8_lossy(head);
+    let (first, rest) = text.split_once("\r\n").unwrap_or((&text, ""));
+    Some((first.to_owned(), rest.to_owned(), len))
+}
+
+fn fields(headers: String, len: Option<usize>) -> Head {
+    let mut h = Head {
+        method: None,
+        status: None,
+        path: None,
+        query: None,
+        host: None,
+        content_type: None,
+        framing: Framing::Close,
+        len,
+    };
+    for line in headers.split("\r\n") {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v = v.trim();
+        match k.trim().to_ascii_lowercase().as_str() {
+            "host" => h.host = Some(v.to_owned()),
+            "content-type" => {
+                h.content_type = Some(v.split(';').next().unwrap_or(v).trim().to_owned());
+            }
+            "content-length" if h.framing != Framing::Chunked => {
+                if let Ok(n) = v.parse() {
+                    h.framing = Framing::Length(n);
+                }
+            }
+            "transfer-encoding" if v.to_ascii_lowercase().contains("chunked") => {
+                h.framing = Framing::Chunked;
+            }
+            _ => {}
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_head() {
+        let h = request(b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: api:8443\r\nContent-Type: application/json\r\nContent-Length: 42\r\n\r\n{\"model\"").expect("present");
+        assert_eq!(h.method.as_deref(), Some("POST"));
+        assert_eq!(h.path.as_deref(), Some("/v1/chat/completions"));
+        assert_eq!(h.query.as_deref(), Some("x=1"));
+        assert_eq!(h.host.as_deref(), Some("api:8443"));
+        assert_eq!(h.framing, Framing::Length(42));
+        assert_eq!(h.len, Some(110));
+        let g = request(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").expect("present");
+        assert_eq!(g.framing, Framing::Length(0));
+        assert!(request(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").is_none());
+        assert!(request(b"HELLO there").is_none());
+    }
+
+    #[test]
+    fn response_head() {
+        let h = response(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n").expect("present");
+        assert_eq!(h.status, Some(200));
+        assert_eq!(h.content_type.as_deref(), Some("text/event-stream"));
+        assert_eq!(h.framing, Framing::Chunked);
+        let n = response(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n")
+            .expect("present");
+        assert_eq!((n.status, n.framing), (Some(500), Framing::Length(0)));
+        // The head's end not seen: its length is unknown.
+        let cut = response(b"HTTP/1.1 200 OK\r\nServer: x").expect("present");
+        assert_eq!((cut.len, cut.framing), (None, Framing::Close));
+    }
+}

@@ -1,0 +1,16 @@
+//! HTTP/1.x requests and the LLM API calls among them, from the plaintext
+//! the TLS read/write probes copy (observer-ebpf's `emit_tls_data`).
+//!
+//! Each call's bytes arrive whole up to `DATA_CAPTURE`, else as their first
+//! and last halves: enough for request and response heads, the JSON keys an
+//! LLM API puts at a body's start or end, and one server-sent event per
+//! read. Nothing of a prompt or a completion is kept past the parsing.
+
+mod conversation;
+mod gen_ai;
+mod head;
+mod record;
+mod scan;
+
+pub use conversation::Conversation;
+pub use record::{GenAi, RequestRecord, StreamStats};

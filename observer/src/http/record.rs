@@ -1,0 +1,220 @@
+//! The `"kind": "request"` record: one HTTP/1.x request and its answer.
+
+use std::{net::IpAddr, sync::Arc};
+
+use serde::Serialize;
+
+use super::conversation::{Cut, Exchange};
+use crate::{
+    clock::Clock,
+    output::{fmt_bytes, fmt_ns, fmt_time},
+    record::{ConnRecord, Direction},
+};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StreamStats {
+    /// Server-sent events (null when a read was too long to be copied whole).
+    pub events: Option<u32>,
+    /// Request start -> the first event.
+    pub first_event_ns: Option<u64>,
+    pub mean_gap_ns: Option<u64>,
+    pub max_gap_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GenAi {
+    pub provider: &'static str,
+    pub operation: &'static str,
+    pub request_model: Option<String>,
+    pub response_model: Option<String>,
+    pub stream: bool,
+    /// From the usage the server sent; null when it sent none.
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// Request start -> the first event (or read) that carried generated content.
+    pub time_to_first_token_ns: Option<u64>,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestRecord {
+    /// Always "request".
+    pub kind: &'static str,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    pub comm: Option<Arc<str>>,
+    pub exe: Option<Arc<str>>,
+    pub direction: Direction,
+    pub local_addr: IpAddr,
+    pub local_port: u16,
+    pub remote_addr: IpAddr,
+    pub remote_port: u16,
+    pub protocol: &'static str,
+    /// 1 for the connection's first request; null when the probes came in
+    /// after its start (earlier requests were not seen).
+    pub request_index: Option<u32>,
+    pub method: Option<String>,
+    /// Without the query unless `--http-query` asks for it.
+    pub path: Option<String>,
+    pub host: Option<String>,
+    pub status: Option<u16>,
+    pub content_type: Option<String>,
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
+    pub duration_ns: u64,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    /// First byte of the request -> first byte of the answer.
+    pub ttfb_ns: Option<u64>,
+    pub streamed: bool,
+    pub stream: Option<StreamStats>,
+    pub gen_ai: Option<GenAi>,
+    pub gpu: Option<crate::gpu::GpuRecord>,
+    /// null, "incomplete" (the connection closed before the answer ended),
+    /// "reset", or "no response".
+    pub error: Option<&'static str>,
+}
+
+fn after(start: u64, t: u64) -> Option<u64> {
+    (t != 0 && t >= start).then(|| t - start)
+}
+
+impl RequestRecord {
+    /// `conn`: the connection's record as it stood (owner and addresses).
+    pub fn new(
+        x: &Exchange,
+        cut: Option<Cut>,
+        conn: &ConnRecord,
+        clock: &Clock,
+        keep_query: bool,
+    ) -> Self {
+        let req = x.request.as_ref();
+        let resp = x.response.as_ref();
+        let end_ns = x.last_ns.max(x.start_ns);
+        let error = match (cut, resp) {
+            (None, _) => None,
+            (Some(_), None) => Some("no response"),
+            (Some(_), Some(_)) if conn.resets > 0 => Some("reset"),
+            (Some(_), Some(_)) => Some("incomplete"),
+        };
+        let stream = x.stream.as_ref().map(|s| StreamStats {
+            events: s.events,
+            first_event_ns: after(x.start_ns, s.first_ns),
+            mean_gap_ns: (s.gaps > 0).then(|| s.gap_sum_ns / u64::from(s.gaps)),
+            max_gap_ns: (s.gaps > 0).then_some(s.gap_max_ns),
+        });
+        let gen_ai = x.api.map(|(provider, operation)| GenAi {
+            provider,
+            operation,
+            request_model: x.call.request_model.clone(),
+            response_model: x.call.response_model.clone(),
+            stream: x.call.stream.unwrap_or(false) || x.stream.is_some(),
+            input_tokens: x.call.input_tokens,
+            output_tokens: x.call.output_tokens,
+            time_to_first_token_ns: after(x.start_ns, x.first_content_ns),
+            finish_reason: x.call.finish_reason.clone(),
+        });
+        let path = req.and_then(|h| {
+            let p = h.path.clone()?;
+            Some(match (&h.query, keep_query) {
+                (Some(q), true) => format!("{p}?{q}"),
+                _ => p,
+            })
+        });
+        Self {
+            kind: "request",
+            pid: conn.pid,
+            tid: conn.tid,
+            comm: conn.comm.clone(),
+            exe: conn.exe.clone(),
+            direction: conn.direction,
+            local_addr: conn.local_addr,
+            local_port: conn.local_port,
+            remote_addr: conn.remote_addr,
+            remote_port: conn.remote_port,
+            protocol: "http/1.1",
+            request_index: x.index,
+            method: req.and_then(|h| h.method.clone()),
+            path,
+            host: req.and_then(|h| h.host.clone()),
+            status: resp.and_then(|h| h.status),
+            content_type: resp.and_then(|h| h.content_type.clone()),
+            start_unix_ns: clock.to_unix_ns(x.start_ns),
+            end_unix_ns: clock.to_unix_ns(end_ns),
+            duration_ns: end_ns - x.start_ns,
+            request_bytes: x.request_bytes,
+            response_bytes: x.response_bytes,
+            ttfb_ns: after(x.start_ns, x.first_byte_ns),
+            streamed: x.stream.is_some()
+                || resp.is_some_and(|h| h.framing == super::head::Framing::Chunked),
+            stream,
+            gen_ai,
+            gpu: None,
+            error,
+        }
+    }
+
+    /// `server.address` and `server.port`: for a client, the Host it asked
+    /// for (without its port) and the port it connected to; for a server,
+    /// its own address and port.
+    pub fn server(&self) -> (String, u16) {
+        match self.direction {
+            Direction::Outbound => (
+                self.host
+                    .as_deref()
+                    .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name).to_owned())
+                    .unwrap_or_else(|| self.remote_addr.to_string()),
+                self.remote_port,
+            ),
+            Direction::Inbound => (self.local_addr.to_string(), self.local_port),
+        }
+    }
+
+    /// The line `observer watch` prints for it.
+    pub fn text_line(&self) -> String {
+        let dir = match self.direction {
+            Direction::Outbound => "out",
+            Direction::Inbound => "in",
+        };
+        let mut line = format!(
+            "{:<13} {:<8} {:<16} {dir:<4} {} {} {} -> {} ttfb {} in {} ({} / {})",
+            fmt_time(self.end_unix_ns),
+            self.pid.map_or("-".into(), |p| p.to_string()),
+            self.comm.as_deref().unwrap_or("-"),
+            self.method.as_deref().unwrap_or("-"),
+            self.host.as_deref().unwrap_or("-"),
+            self.path.as_deref().unwrap_or("-"),
+            self.status.map_or("-".into(), |s| s.to_string()),
+            fmt_ns(self.ttfb_ns),
+            fmt_ns(Some(self.duration_ns)),
+            fmt_bytes(self.request_bytes),
+            fmt_bytes(self.response_bytes),
+        );
+        if let Some(s) = &self.stream {
+            line.push_str(&format!(
+                "; {} events, gap mean {} max {}",
+                s.events.map_or("?".into(), |n| n.to_string()),
+                fmt_ns(s.mean_gap_ns),
+                fmt_ns(s.max_gap_ns)
+            ));
+        }
+        if let Some(g) = &self.gen_ai {
+            line.push_str(&format!(
+                "; {} {} {}: first token {}, tokens {} in / {} out",
+                g.provider,
+                g.operation,
+                g.response_model
+                    .as_deref()
+                    .or(g.request_model.as_deref())
+                    .unwrap_or("-"),
+                fmt_ns(g.time_to_first_token_ns),
+                g.input_tokens.map_or("-".into(), |n| n.to_string()),
+                g.output_tokens.map_or("-".into(), |n| n.to_string()),
+            ));
+        }
+        if let Some(e) = self.error {
+            line.push_str(&format!(" [{e}]"));
+        }
+        line
+    }
+}
