@@ -54,7 +54,7 @@ pub struct RequestRecord {
     /// after its start (earlier requests were not seen).
     pub request_index: Option<u32>,
     pub method: Option<String>,
-    /// Without the query unless `--http-query` asks for it.
+    /// Without its query (keeping it is not offered yet: `ConnTable.keep_query`).
     pub path: Option<String>,
     pub host: Option<String>,
     pub status: Option<u16>,
