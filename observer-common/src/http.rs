@@ -6,6 +6,11 @@ pub const UNKNOWN: u8 = 0;
 pub const YES: u8 = 1;
 pub const NO: u8 = 2;
 
+/// On a TLS connection first seen after its start, how many calls that do
+/// not begin an HTTP/1.x message are looked at (one may be the rest of an
+/// answer) before it is judged not HTTP.
+pub const MIDSTREAM_LOOKS: u8 = 16;
+
 /// Plain HTTP/1.x connections whose sequence numbers are followed at once.
 pub const MAX_HTTP_SOCKS: u32 = 65_536;
 

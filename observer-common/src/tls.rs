@@ -103,7 +103,9 @@ pub struct TlsConn {
     /// Whether the plaintext is HTTP/1.x ([`crate::http`]), decided at the
     /// first call that moves data: a connection that is not costs nothing more.
     pub http: u8,
-    pub _pad: u8,
+    /// Calls looked at while `http` is undecided on a connection first seen
+    /// after its start (a call there may begin mid-message).
+    pub http_looks: u8,
 }
 
 #[repr(C)]

@@ -226,6 +226,16 @@ pub fn emit_tls_plaintext(
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` points at a reserved record of the right size; `conn` at
     // a live map value.
+    // The socket's first send and receive after the handshake: none before
+    // this call's entry means nothing before it was missed.
+    let first_io = match (tls.sk_send_after_hs_ns, tls.sk_recv_after_hs_ns) {
+        (0, r) => r,
+        (s, 0) => s,
+        (s, r) => s.min(r),
+    };
+    let from_start = tls.flags & TLS_MIDSTREAM == 0
+        && tls.hs_end_ns != 0
+        && (first_io == 0 || first_io >= entry_ns);
     let ok = unsafe {
         (*ev).flags = 0;
         (*ev).conn = *conn;
@@ -233,16 +243,6 @@ pub fn emit_tls_plaintext(
         (*ev).ret_ns = now;
         (*ev).len = n as u32;
         (*ev).op = op;
-        // The socket's first send and receive after the handshake: none
-        // before this call's entry means nothing before it was missed.
-        let first_io = match (tls.sk_send_after_hs_ns, tls.sk_recv_after_hs_ns) {
-            (0, r) => r,
-            (s, 0) => s,
-            (s, r) => s.min(r),
-        };
-        let from_start = tls.flags & TLS_MIDSTREAM == 0
-            && tls.hs_end_ns != 0
-            && (first_io == 0 || first_io >= entry_ns);
         (*ev).flags = if from_start { DATA_FROM_START } else { 0 };
         (*ev)._pad = [0; 2];
         if n <= DATA_CAPTURE as u64 {
@@ -257,11 +257,18 @@ pub fn emit_tls_plaintext(
         let start = unsafe {
             u32::from_le_bytes([(*ev).data[0], (*ev).data[1], (*ev).data[2], (*ev).data[3]])
         };
-        tls.http = if n >= 4 && is_http(start) {
-            http::YES
+        if n >= 4 && is_http(start) {
+            tls.http = http::YES;
+        } else if from_start {
+            tls.http = http::NO;
         } else {
-            http::NO
-        };
+            // Probes that came on mid-connection may first see the rest of
+            // an answer; the next request shows whether it is HTTP.
+            tls.http_looks = tls.http_looks.saturating_add(1);
+            if tls.http_looks >= http::MIDSTREAM_LOOKS {
+                tls.http = http::NO;
+            }
+        }
     }
     if ok && tls.http == http::YES {
         entry.submit(submit_flags());

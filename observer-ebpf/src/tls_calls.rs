@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use observer_common::tls::{library, op};
 
-use crate::tls_state::{call_enter, handshake_exit, rw_exit, session_end};
+use crate::tls_state::{announce_process, call_enter, handshake_exit, rw_exit, session_end};
 
 #[inline(always)]
 pub fn cookie(ctx: &impl EbpfContext) -> u8 {
@@ -32,6 +32,16 @@ fn session(ctx: &ProbeContext) -> Option<u64> {
 #[inline(always)]
 fn buffer(ctx: &ProbeContext) -> u64 {
     ctx.arg::<u64>(1).unwrap_or(0)
+}
+
+/// SSL_CTX_new / gnutls_certificate_allocate_credentials: a process gets
+/// ready for TLS, typically once at start-up and well before its first
+/// session, so its per-process plaintext probes can be on in time for the
+/// first request (announced again at the first session otherwise).
+#[uprobe]
+pub fn tls_context_new(ctx: ProbeContext) -> u32 {
+    announce_process(cookie(&ctx));
+    0
 }
 
 #[uprobe]

@@ -49,6 +49,14 @@ fn announce(tgid: u32, library: u8, now: u64) {
     }
 }
 
+/// A process about to use TLS (it made a TLS context).
+#[inline(always)]
+pub fn announce_process(library: u8) -> Option<()> {
+    let (tgid, _) = current()?;
+    announce(tgid, library, now_ns());
+    Some(())
+}
+
 /// Stores a fresh session under `k` and returns it.
 #[inline(always)]
 fn create(k: &TlsSessionKey, library: u8, flags: u8) -> Option<*mut TlsSession> {

@@ -78,7 +78,7 @@ pub struct WatchArgs {
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_BYTES, value_parser = parse_ring_bytes)]
     pub ring_bytes: u32,
     /// When to attach the per-call TLS read/write probes (about 5 us per call):
-    /// auto: to each process from its first TLS session while it makes at most
+    /// auto: to each process from its first TLS context or session while it makes at most
     /// --tls-plaintext-max-rate calls/s; all: to every process; off: never
     /// (TLS first-byte times then come from the socket).
     #[arg(long, value_enum, value_name = "POLICY", default_value = "auto")]

@@ -355,7 +355,7 @@ pub fn print(r: &Report, verbose: bool) {
 fn print_tls(tls: Option<&TlsReport>) {
     let Some(t) = tls else { return };
     println!("TLS libraries (uprobes; handshake and server name for every process, per-call");
-    println!("  plaintext probes per process from its first TLS session, while its call rate is modest):");
+    println!("  plaintext probes per process from its first TLS context or session, while its call rate is modest):");
     if let Some(e) = &t.programs_error {
         println!("  NOT AVAILABLE: {e}: records carry no \"tls\" object");
         return;

@@ -341,7 +341,7 @@ impl View<'_> {
         let how = match policy {
             tls::Policy::All => "all processes".to_owned(),
             _ => format!(
-                "auto: per process from its first TLS session, under {} calls/s",
+                "auto: per process from its first TLS context or session, under {} calls/s",
                 self.options.tls.max_rate
             ),
         };

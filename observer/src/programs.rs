@@ -250,6 +250,16 @@ pub const PROGRAMS: &[Program] = &[
         "handshake end and result",
     ),
     up(
+        "tls_context_new",
+        false,
+        TlsHandshakes,
+        &[
+            (OpenSsl, "SSL_CTX_new"),
+            (GnuTls, "gnutls_certificate_allocate_credentials"),
+        ],
+        "processes that get ready for TLS, before their first session",
+    ),
+    up(
         "ssl_session_begin",
         false,
         TlsHandshakes,
@@ -511,6 +521,23 @@ mod tests {
             assert_eq!(p.feature, Feature::Connections, "{}", p.name);
         }
         assert!(get("inet_sock_set_state").is_some_and(|p| p.required));
+    }
+
+    #[test]
+    fn the_elf_reader_looks_for_every_tls_symbol_the_table_probes() {
+        use crate::libraries::elf::{GNUTLS_SYMBOLS, OPENSSL_SYMBOLS};
+        for (lib, looked_for) in [(OpenSsl, OPENSSL_SYMBOLS), (GnuTls, GNUTLS_SYMBOLS)] {
+            for feature in [TlsHandshakes, TlsPlaintext] {
+                for s in uprobe_sites(feature, lib) {
+                    assert!(
+                        looked_for.contains(&s.symbol),
+                        "{}: {}",
+                        s.program,
+                        s.symbol
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -26,14 +26,17 @@ def main():
     ap.add_argument("--no-stream", action="store_true")
     ap.add_argument("--model", action="append", required=True)
     a = ap.parse_args()
+    if not a.plain:
+        # As HTTP clients do (httpx, requests, urllib): the context, with the
+        # system's CA certificates loaded, before the first connection.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
     raw = socket.create_connection(("127.0.0.1", a.port))
     port = raw.getsockname()[1]
     if a.plain:
         s = raw
     else:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
         s = ctx.wrap_socket(raw, server_hostname="llm.test")
     time.sleep(a.settle_ms / 1000.0)
     for model in a.model:

@@ -111,6 +111,7 @@ def main():
     ap.add_argument("--first-ms", type=float, default=300)
     ap.add_argument("--gap-ms", type=float, default=40)
     ap.add_argument("--chunks", type=int, default=20)
+    ap.add_argument("--port", type=int, default=0)
     a = ap.parse_args()
     ctx = None
     if a.cert:
@@ -118,7 +119,7 @@ def main():
         ctx.load_cert_chain(a.cert, a.key)
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
+    ls.bind(("127.0.0.1", a.port))
     ls.listen(64)
     print("PORT %d" % ls.getsockname()[1], flush=True)
     while True:

@@ -485,8 +485,20 @@ pub fn tls_server(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Helper
 /// helpers/llm_server.py (an OpenAI-compatible server; HTTPS with a
 /// certificate, plain HTTP without) with its injected waits; killed on drop.
 pub fn llm_server(cert: Option<&Cert>, first_ms: f64, gap_ms: f64, chunks: u64) -> HelperServer {
+    llm_server_on(0, cert, first_ms, gap_ms, chunks)
+}
+
+/// helpers/llm_server.py on `port` (0: any).
+pub fn llm_server_on(
+    port: u16,
+    cert: Option<&Cert>,
+    first_ms: f64,
+    gap_ms: f64,
+    chunks: u64,
+) -> HelperServer {
     let mut cmd = Command::new("python3");
-    cmd.arg(helper("llm_server.py"));
+    cmd.arg(helper("llm_server.py"))
+        .args(["--port", &port.to_string()]);
     if let Some(cert) = cert {
         cmd.arg("--cert")
             .arg(cert.cert())

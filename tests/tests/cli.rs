@@ -188,7 +188,7 @@ fn doctor_reports_every_probe_attached() {
         assert_eq!(state["state"], want, "{feature}: {state}");
     }
     assert!(
-        text.contains("verdict: ok, 26/32 programs attached"),
+        text.contains("verdict: ok, 27/33 programs attached"),
         "{text}"
     );
 }

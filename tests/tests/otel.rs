@@ -1035,11 +1035,12 @@ fn llm_calls_as_traces() {
     };
     let (rec, port) = grpc_receiver();
     let cert = Cert::new();
-    let server = llm_server(Some(&cert), 120.0, 20.0, 4);
-    let run = exporting_to(port, server.port);
-    // A first connection: the server's probes go on at its first session.
-    llm_client(server.port, 300, &["--no-stream", "--model", "warm"]);
-    let c = llm_client(server.port, 300, &["--model", "tiny-t"]);
+    // Both processes start after the observer: the first request of each
+    // is a trace like any other.
+    let server_port = free_port();
+    let run = exporting_to(port, server_port);
+    let server = llm_server_on(server_port, Some(&cert), 120.0, 20.0, 4);
+    let c = llm_client(server.port, 0, &["--model", "tiny-t"]);
     run.stop();
     let spans: Vec<Span> = rec
         .traces

@@ -21,6 +21,7 @@ pub const OPENSSL_SYMBOLS: &[&str] = &[
     "SSL_set_connect_state",
     "SSL_set_accept_state",
     "SSL_set_tlsext_host_name",
+    "SSL_CTX_new",
 ];
 pub const GNUTLS_SYMBOLS: &[&str] = &[
     "gnutls_handshake",
@@ -28,6 +29,7 @@ pub const GNUTLS_SYMBOLS: &[&str] = &[
     "gnutls_record_send",
     "gnutls_deinit",
     "gnutls_server_name_set",
+    "gnutls_certificate_allocate_credentials",
 ];
 
 /// A file that carries a TLS library: its kind and the file offsets of the

@@ -9,7 +9,7 @@ use serde::Serialize;
 pub enum Policy {
     /// Never: TLS times come from the socket after the handshake.
     Off,
-    /// Per process, from its first TLS session, while its call rate is modest.
+    /// Per process, from its first TLS context or session, while its call rate is modest.
     Auto,
     /// On every TLS file for all processes (costly for busy TLS servers).
     All,
