@@ -17,7 +17,7 @@ use crate::{
     http::RequestRecord,
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, Owner, State},
-    tls::TlsRecord,
+    tls::{TlsRecord, TtfbUnmeasured},
 };
 
 /// Read access to the kernel's live connection maps (a trait so the table can
@@ -63,6 +63,8 @@ pub struct ConnTable {
     pub requests_out: Vec<RequestRecord>,
     /// Keep the query string of request paths.
     pub keep_query: bool,
+    /// Closed TLS connections without a first-byte time, by why.
+    pub tls_unmeasured: crate::stats::TlsFirstByteUnmeasured,
     /// HTTP/1.x conversations by socket: kept apart from `live`, since a
     /// server's first request arrives before its owner is known.
     http: HashMap<u64, crate::http::Conversation>,
@@ -82,6 +84,7 @@ impl ConnTable {
             requests_out: Vec::new(),
             http_orphans_closed: 0,
             keep_query: false,
+            tls_unmeasured: crate::stats::TlsFirstByteUnmeasured::default(),
             http: HashMap::new(),
         }
     }
@@ -232,6 +235,13 @@ impl ConnTable {
                     name,
                     Some(&self.clock),
                 );
+                match r.tls.as_ref().and_then(|t| t.ttfb_unmeasured) {
+                    Some(TtfbUnmeasured::ClientSocketOnly) => {
+                        self.tls_unmeasured.client_socket_only += 1;
+                    }
+                    Some(TtfbUnmeasured::PlaintextLate) => self.tls_unmeasured.plaintext_late += 1,
+                    None => {}
+                }
                 join_dns(&mut self.lookups, &mut r);
                 Some(r)
             }

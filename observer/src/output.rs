@@ -3,10 +3,7 @@
 
 use std::io::{self, Write};
 
-use crate::{
-    record::{ConnRecord, Direction, State},
-    tls::TtfbSource,
-};
+use crate::record::{ConnRecord, Direction, State};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -66,18 +63,9 @@ pub fn text_line(r: &ConnRecord) -> String {
         (State::Closed, None) => "-",
     };
     // On TLS the socket's first bytes are the handshake: show the TLS
-    // library's view, marked "~" when it is the socket-level approximation a
-    // client gets without per-call probes.
+    // library's view (or a server's socket view after the handshake).
     let (tls_hs, ttfb) = match &r.tls {
-        Some(t) => {
-            let approx =
-                t.ttfb_source == Some(TtfbSource::Socket) && r.direction == Direction::Outbound;
-            let ttfb = fmt_ns(t.ttfb_ns);
-            (
-                fmt_ns(t.handshake_ns),
-                if approx { format!("~{ttfb}") } else { ttfb },
-            )
-        }
+        Some(t) => (fmt_ns(t.handshake_ns), fmt_ns(t.ttfb_ns)),
         None => ("-".into(), fmt_ns(r.ttfb_ns)),
     };
     let name = r

@@ -117,6 +117,7 @@ pub(crate) struct CorrelatorEnd {
     pub(crate) dns_malformed: u64,
     pub(crate) dns_in_flight: u64,
     pub(crate) dns_overflow: u64,
+    pub(crate) tls_unmeasured: crate::stats::TlsFirstByteUnmeasured,
 }
 
 /// Where finished records go.
@@ -302,6 +303,7 @@ pub(crate) async fn correlate(
         dns_malformed: table.wire.malformed,
         dns_in_flight: table.wire.pending_len() as u64,
         dns_overflow: table.wire.overflow,
+        tls_unmeasured: table.tls_unmeasured,
     }
 }
 

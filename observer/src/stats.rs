@@ -75,6 +75,9 @@ pub struct Summary {
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).
     pub tls_commands_dropped: u64,
+    /// Closed TLS connections that moved data but have no `tls.ttfb_ns`, by
+    /// why: never a guess in its place.
+    pub tls_first_byte_unmeasured: TlsFirstByteUnmeasured,
     /// What the wire view of DNS saw besides lookups.
     pub dns_wire: DnsWireSummary,
     /// TLS libraries found and probes attached.
@@ -89,6 +92,17 @@ pub struct Summary {
     pub export: Option<ExportSummary>,
     /// Per-program run counts, run time and misses.
     pub programs: Vec<crate::ebpf::prog_stats::ProgStats>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct TlsFirstByteUnmeasured {
+    /// Clients without plaintext probes (busy, over the cap, or policy
+    /// `off`): their socket cannot tell the answer from a TLS 1.3 session
+    /// ticket.
+    pub client_socket_only: u64,
+    /// The process's plaintext probes came on after the connection's first
+    /// exchange.
+    pub plaintext_late: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

@@ -284,6 +284,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         tls_bound: k(Counter::TlsBound),
         tls_insert_failed: k(Counter::TlsInsertFailed),
         tls_commands_dropped: Stats::get(&stats.tls_commands_full),
+        tls_first_byte_unmeasured: end.tls_unmeasured,
         tls: Some(tls_report),
         dns: Some(dns),
         features,

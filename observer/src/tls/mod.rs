@@ -8,5 +8,5 @@ mod report;
 pub mod uprobe_events;
 
 pub use manager::{Command, OnCLibrary, TlsProbes};
-pub use record::{TlsRecord, TtfbSource};
+pub use record::{TlsRecord, TtfbSource, TtfbUnmeasured};
 pub use report::{Policy, Settings, TlsFileReport, TlsReport};

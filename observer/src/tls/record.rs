@@ -19,9 +19,20 @@ use crate::{
 pub enum TtfbSource {
     /// From the plaintext calls: exact.
     Plaintext,
-    /// From socket I/O after the handshake: sound for servers; for clients
-    /// approximate (TLS 1.3 session tickets arrive like response bytes).
+    /// From socket I/O after the handshake: servers only (request in,
+    /// answer out). A client's socket cannot tell the answer's first byte
+    /// from TLS 1.3 session tickets, which arrive like answer bytes.
     Socket,
+}
+
+/// Why a connection that moved data after its handshake has no `ttfb_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtfbUnmeasured {
+    /// A client without plaintext probes: its socket would have taken a
+    /// session ticket for the first byte.
+    ClientSocketOnly,
+    /// The plaintext probes came on after the connection's first exchange.
+    PlaintextLate,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -51,6 +62,8 @@ pub struct TlsRecord {
     pub handshake_start_unix_ns: Option<u64>,
     #[serde(skip)]
     pub ttfb_start_unix_ns: Option<u64>,
+    #[serde(skip)]
+    pub ttfb_unmeasured: Option<TtfbUnmeasured>,
 }
 
 fn span(a: u64, b: u64) -> Option<u64> {
@@ -102,8 +115,19 @@ impl TlsRecord {
                 t.exchanges_server,
             ),
         };
+        // The socket stands in only where it cannot be wrong: on a server
+        // whose plaintext probes were never on during this connection.
+        let mut ttfb_unmeasured = None;
         let (ttfb_from, ttfb_ns, ttfb_source) = match (span(pt.0, pt.1), span(sock.0, sock.1)) {
             (Some(v), _) => (pt.0, Some(v), Some(TtfbSource::Plaintext)),
+            (None, Some(_)) if plaintext => {
+                ttfb_unmeasured = Some(TtfbUnmeasured::PlaintextLate);
+                (0, None, None)
+            }
+            (None, Some(_)) if direction == Direction::Outbound => {
+                ttfb_unmeasured = Some(TtfbUnmeasured::ClientSocketOnly);
+                (0, None, None)
+            }
             (None, Some(v)) => (sock.0, Some(v), Some(TtfbSource::Socket)),
             (None, None) => (0, None, None),
         };
@@ -126,6 +150,7 @@ impl TlsRecord {
             plaintext_received: plaintext.then_some(t.pt_received),
             handshake_start_unix_ns: handshake_ns.and_then(|_| wall(start)),
             ttfb_start_unix_ns: ttfb_ns.and_then(|_| wall(ttfb_from)),
+            ttfb_unmeasured,
         })
     }
 }
@@ -200,16 +225,57 @@ mod tests {
             pt_read_after_write_ns: 0,
             ..client()
         };
+        // A client's socket is not trusted: a session ticket looks like
+        // the answer.
         let r =
             TlsRecord::new(&t, &est(0), Direction::Outbound, State::Closed, None, None).unwrap();
-        assert_eq!(
-            (r.ttfb_ns, r.ttfb_source),
-            (Some(900), Some(TtfbSource::Socket))
-        );
+        assert_eq!((r.ttfb_ns, r.ttfb_source), (None, None));
+        assert_eq!(r.ttfb_unmeasured, Some(TtfbUnmeasured::ClientSocketOnly));
         assert_eq!(
             (r.exchanges, r.plaintext_sent, r.plaintext_received),
             (None, None, None)
         );
+        // A server's is: the request in, then the answer out.
+        let served = TlsConn {
+            sk_recv_after_hs_ns: 5_000,
+            sk_send_after_recv_ns: 7_500,
+            ..t
+        };
+        let r = TlsRecord::new(
+            &served,
+            &est(0),
+            Direction::Inbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.ttfb_ns, r.ttfb_source),
+            (Some(2_500), Some(TtfbSource::Socket))
+        );
+        assert_eq!(r.ttfb_unmeasured, None);
+    }
+
+    #[test]
+    fn plaintext_probes_that_missed_the_first_exchange_give_no_time() {
+        let late = TlsConn {
+            pt_first_read_ns: 0,
+            pt_write_after_read_ns: 0,
+            sk_recv_after_hs_ns: 5_000,
+            sk_send_after_recv_ns: 7_500,
+            ..client()
+        };
+        for dir in [Direction::Outbound, Direction::Inbound] {
+            let t = TlsConn {
+                pt_first_write_ns: 0,
+                pt_read_after_write_ns: 0,
+                ..late
+            };
+            let r = TlsRecord::new(&t, &est(0), dir, State::Closed, None, None).unwrap();
+            assert_eq!((r.ttfb_ns, r.ttfb_source), (None, None), "{dir:?}");
+            assert_eq!(r.ttfb_unmeasured, Some(TtfbUnmeasured::PlaintextLate));
+        }
     }
 
     #[test]
