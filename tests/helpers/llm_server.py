@@ -124,6 +124,9 @@ def main():
     print("PORT %d" % ls.getsockname()[1], flush=True)
     while True:
         conn, _ = ls.accept()
+        # As streaming servers do: each event leaves at once, not held back
+        # (Nagle) until the client's delayed ACK of the previous one.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         threading.Thread(target=serve, args=(conn, ctx, a), daemon=True).start()
 
 

@@ -85,6 +85,51 @@ pub fn helper(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The official `openai` Python SDK, as the tests install it from PyPI.
+pub const OPENAI_SDK: &str = "openai==3.57.0";
+
+/// A python with the official `openai` SDK: a virtual environment the tests
+/// make once, under target/ (`python3 -m venv`, then pip from PyPI). None
+/// when it cannot be made here (said why); under CI that is a failure.
+pub fn openai_python(test: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv-openai");
+    let python = dir.join("bin/python");
+    let has_sdk = || {
+        Command::new(&python)
+            .args(["-c", "import openai"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has_sdk() {
+        return Some(python);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--clear"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(dir.join("bin/pip"))
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                OPENAI_SDK,
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+    if made && has_sdk() {
+        return Some(python);
+    }
+    let why = format!(
+        "{test}: could not install {OPENAI_SDK} into {} (python3 -m venv needs Debian's python3-venv; pip needs PyPI)",
+        dir.display()
+    );
+    assert!(!in_ci(), "{why} (CI=true, so this is a failure)");
+    eprintln!("SKIPPED {why}");
+    None
+}
+
 /// What a finished `observer watch` printed.
 #[derive(Debug)]
 pub struct Watched {
