@@ -146,20 +146,23 @@ pub(crate) async fn correlate(
     let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What the process's GPUs did between two wall-clock times.
+    let gpu_during = |pid: u32, start: u64, end: u64| {
+        let h = sinks.gpu.as_ref()?.lock().ok()?;
+        h.join(pid, start, end)
+    };
     let emit = |mut r: ConnRecord| {
         if !filter.matches(&r) {
             Stats::add(&stats.filtered, 1);
             return;
         }
-        if let (Some(h), Some(pid)) = (&sinks.gpu, r.pid) {
+        if let Some(pid) = r.pid {
             let end = r.end_unix_ns.unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64)
             });
-            if let Ok(h) = h.lock() {
-                r.gpu = h.join(pid, r.start_unix_ns, end);
-            }
+            r.gpu = gpu_during(pid, r.start_unix_ns, end);
         }
         let counter = match r.state {
             State::Closed => &stats.closed,
@@ -201,10 +204,13 @@ pub(crate) async fn correlate(
             }
         }
     };
-    let emit_request = |r: crate::http::RequestRecord| {
+    let emit_request = |mut r: crate::http::RequestRecord| {
         if !filter.matches_request(&r) {
             Stats::add(&stats.filtered, 1);
             return;
+        }
+        if let Some(pid) = r.pid {
+            r.gpu = gpu_during(pid, r.start_unix_ns, r.end_unix_ns);
         }
         Stats::add(&stats.requests, 1);
         if let Some(m) = &sinks.metrics {

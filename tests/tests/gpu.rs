@@ -282,3 +282,115 @@ fn gpu_metrics_on_the_prometheus_endpoint() {
         "this test process's GPU memory: {text}"
     );
 }
+
+/// One plain HTTP/1.1 request for `model` (not streamed) on `s`; returns
+/// once the whole answer is read.
+fn ask(s: &mut TcpStream, model: &str) {
+    let body = format!(r#"{{"model":"{model}","stream":false,"messages":[]}}"#);
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gpu.test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the server closed: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got);
+        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .expect("a Content-Length");
+            if rest.len() >= len {
+                return;
+            }
+        }
+    }
+}
+
+/// An inference server holding a GPU answers two requests on one kept-alive
+/// connection; its GPU's utilization goes from 10% to 90% during the first
+/// and is 30% through the second: each of the server's request records
+/// carries what the GPU did during that request only; the client's
+/// (this test, which holds no GPU) carry none.
+#[test]
+fn each_request_of_an_inference_server_carries_its_gpu() {
+    let Some(_serial) = begin("gpu_requests", &["python3"]) else {
+        return;
+    };
+    let server = llm_server(None, 600.0, 0.0, 2);
+    let cfg = StubConfig::new(&devices(server.pid(), 10));
+    let stub = stub();
+    let w = Watch::start_with_env(
+        &[
+            "--port",
+            &server.port.to_string(),
+            "--nvml-lib",
+            stub.to_str().unwrap(),
+            "--gpu-interval",
+            "50",
+        ],
+        &[("NVML_STUB_CONFIG", cfg.0.to_str().unwrap())],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    // The first request, and the change of utilization while it waits.
+    std::thread::scope(|scope| {
+        let asking = scope.spawn(|| ask(&mut s, "first"));
+        std::thread::sleep(Duration::from_millis(300));
+        cfg.set(&devices(server.pid(), 90));
+        asking.join().unwrap();
+    });
+    cfg.set(&devices(server.pid(), 30));
+    std::thread::sleep(Duration::from_millis(300));
+    ask(&mut s, "second");
+    drop(s);
+    let out = w.stop();
+    let of = |model: &str, direction: &str| -> &Value {
+        let v: Vec<&Value> = out
+            .requests
+            .iter()
+            .filter(|r| r["direction"] == direction && r["gen_ai"]["request_model"] == model)
+            .collect();
+        assert_eq!(v.len(), 1, "{model} {direction}: {:#?}", out.requests);
+        v[0]
+    };
+    let device = |r: &Value| -> Value {
+        let d = r["gpu"]["devices"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no gpu: {r:#}"));
+        assert_eq!(d.len(), 1, "only the device it holds a context on: {r:#}");
+        d[0].clone()
+    };
+    let first = device(of("first", "inbound"));
+    assert_eq!(first["uuid"], "GPU-00000000-aaaa");
+    assert_eq!(first["utilization_gpu_pct_max"], 90, "{first}");
+    let avg = first["utilization_gpu_pct_avg"].as_f64().unwrap();
+    assert!(
+        avg > 10.0 && avg < 90.0,
+        "both values during the first: {avg}"
+    );
+    let second = device(of("second", "inbound"));
+    assert_eq!(second["utilization_gpu_pct_max"], 30, "{second}");
+    assert_eq!(second["utilization_gpu_pct_avg"], 30.0, "{second}");
+    assert_eq!(of("second", "inbound")["request_index"], 2);
+    for model in ["first", "second"] {
+        let client = of(model, "outbound");
+        assert!(
+            client["gpu"].is_null(),
+            "the client holds no GPU: {client:#}"
+        );
+    }
+}

@@ -200,31 +200,7 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
     if let Some(et) = error {
         attrs.push(s("error.type", et));
     }
-    // The GPU the process used most during the connection.
-    if let Some(d) = r.gpu.as_ref().and_then(|g| {
-        g.devices
-            .iter()
-            .max_by_key(|d| d.utilization_gpu_pct_max.unwrap_or(0))
-    }) {
-        if let Some(id) = &d.uuid {
-            attrs.push(s("hw.id", id.clone()));
-        }
-        if let Some(v) = d.utilization_gpu_pct_max {
-            attrs.push(f("observer.gpu.utilization.max", f64::from(v) / 100.0));
-        }
-        if let Some(v) = d.utilization_gpu_pct_avg {
-            attrs.push(f("observer.gpu.utilization.avg", v / 100.0));
-        }
-        if let Some(v) = d.process_used_memory_bytes {
-            attrs.push(i("observer.gpu.process.memory.usage", v as i64));
-        }
-        if d.throttle_reasons != 0 {
-            attrs.push(i(
-                "observer.gpu.throttle_reasons",
-                d.throttle_reasons as i64,
-            ));
-        }
-    }
+    gpu_attributes(r.gpu.as_ref(), &mut attrs);
     let kind = span_kind(r.direction);
     let mut out = vec![Span {
         trace_id: trace_id.clone(),
@@ -357,6 +333,35 @@ pub fn dns_spans(r: &DnsRecord, ids: &mut Ids) -> Vec<Span> {
     }]
 }
 
+/// The GPU the process used most during the span, as attributes.
+fn gpu_attributes(gpu: Option<&crate::gpu::GpuRecord>, attrs: &mut Vec<KeyValue>) {
+    let Some(d) = gpu.and_then(|g| {
+        g.devices
+            .iter()
+            .max_by_key(|d| d.utilization_gpu_pct_max.unwrap_or(0))
+    }) else {
+        return;
+    };
+    if let Some(id) = &d.uuid {
+        attrs.push(s("hw.id", id.clone()));
+    }
+    if let Some(v) = d.utilization_gpu_pct_max {
+        attrs.push(f("observer.gpu.utilization.max", f64::from(v) / 100.0));
+    }
+    if let Some(v) = d.utilization_gpu_pct_avg {
+        attrs.push(f("observer.gpu.utilization.avg", v / 100.0));
+    }
+    if let Some(v) = d.process_used_memory_bytes {
+        attrs.push(i("observer.gpu.process.memory.usage", v as i64));
+    }
+    if d.throttle_reasons != 0 {
+        attrs.push(i(
+            "observer.gpu.throttle_reasons",
+            d.throttle_reasons as i64,
+        ));
+    }
+}
+
 /// A request as a trace: one span, `{method}` (HTTP semantic conventions)
 /// or `{operation} {model}` for an LLM API call (GenAI conventions), CLIENT
 /// or SERVER, with a child for the wait for the answer's first byte.
@@ -387,6 +392,7 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
             attrs.push(i("observer.stream.events", i64::from(n)));
         }
     }
+    gpu_attributes(r.gpu.as_ref(), &mut attrs);
     let mut name = method;
     if let Some(g) = &r.gen_ai {
         name = match &g.request_model {
