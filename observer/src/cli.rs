@@ -96,6 +96,11 @@ pub struct WatchArgs {
     /// on the packet path (measured: 1.6-2.2 µs per new connection).
     #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
     pub dns_wire: OnOff,
+    /// Keep the query string in request records' `path` (and spans'
+    /// `url.path`; metrics never carry it). Off by default: queries often
+    /// hold ids, tokens or keys.
+    #[arg(long)]
+    pub http_query: bool,
     /// The NVML library to load for GPU state (default libnvidia-ml.so.1;
     /// without it GPU features are off and everything else runs).
     #[arg(long, value_name = "PATH")]

@@ -140,10 +140,12 @@ pub(crate) async fn correlate(
     tls_tx: std::sync::mpsc::SyncSender<tls::Command>,
     filter: Filter,
     update_interval: Duration,
+    keep_query: bool,
     stats: Arc<Stats>,
     counters: Arc<ebpf::KernelCounters>,
 ) -> CorrelatorEnd {
     let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
+    table.keep_query = keep_query;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // What the process's GPUs did between two wall-clock times.

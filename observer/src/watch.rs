@@ -178,6 +178,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         tls_tx.clone(),
         Filter::from_args(&args),
         args.update_interval,
+        args.http_query,
         Arc::clone(&stats),
         Arc::clone(&counters),
     ));

@@ -228,10 +228,20 @@ fn llm_calls_in_the_metrics() {
         "http_request_method=\"POST\"",
         "http_response_status_code=\"200\"",
         "server_address=\"llm.test\"",
+        "url_template=\"/v1/chat/completions\"",
         &port,
     ];
     assert_eq!(
         series(&text, "http_client_request_duration_seconds_count", &http),
+        Some(2.0),
+        "{text}"
+    );
+    let served = [
+        "http_request_method=\"POST\"",
+        "http_route=\"/v1/chat/completions\"",
+    ];
+    assert_eq!(
+        series(&text, "http_server_request_duration_seconds_count", &served),
         Some(2.0),
         "{text}"
     );
@@ -614,4 +624,36 @@ fn openai_sdk_node_fetch_and_python_http_client() {
     }
     assert_eq!(of_model("node-a", "outbound")["pid"], node[0]["pid"]);
     assert_eq!(of_model("sdk-a", "outbound")["comm"], "python");
+}
+
+/// `--http-query` keeps the query in the path, on both sides.
+#[test]
+fn the_query_is_kept_when_asked() {
+    let Some(_serial) = begin("requests_query", &["python3", "curl"]) else {
+        return;
+    };
+    let server = llm_server(None, 0.0, 0.0, 1);
+    let w = Watch::start(&["--port", &server.port.to_string(), "--http-query"]);
+    let url = format!(
+        "http://127.0.0.1:{}/v1/models?limit=5&after=m-1",
+        server.port
+    );
+    let port = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{local_port}", &url])
+        .output()
+        .unwrap();
+    assert!(port.status.success());
+    let port = Value::from(
+        String::from_utf8(port.stdout)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap(),
+    );
+    let out = w.stop();
+    for direction in ["outbound", "inbound"] {
+        let r = requests(&out, &port, direction);
+        assert_eq!(r.len(), 1, "{direction}: {:#?}", out.requests);
+        assert_eq!(r[0]["path"], "/v1/models?limit=5&after=m-1", "{direction}");
+    }
 }

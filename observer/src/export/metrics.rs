@@ -343,8 +343,10 @@ impl Metrics {
 
     /// A finished HTTP request: its duration by method, status and server;
     /// for an LLM API call, the GenAI metrics (client side only: a server's
-    /// view of its own calls is `http.server.request.duration`). No path or
-    /// id is an attribute: series stay bounded.
+    /// view of its own calls is `http.server.request.duration`). The path
+    /// only as its template (`http.route` on a server's, `url.template` on a
+    /// client's: ids grouped as `{id}`), never the query: series stay
+    /// bounded.
     pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
         let (server, port) = r.server();
         let mut l: Labels = vec![
@@ -355,6 +357,13 @@ impl Metrics {
             ("server.address", server.clone()),
             ("server.port", port.to_string()),
         ];
+        if let Some(p) = &r.path {
+            let key = match r.direction {
+                Direction::Outbound => "url.template",
+                Direction::Inbound => "http.route",
+            };
+            l.push((key, crate::http::route::template(p)));
+        }
         if let Some(st) = r.status {
             l.push(("http.response.status_code", st.to_string()));
         }

@@ -380,6 +380,9 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
     ];
     if let Some(p) = &r.path {
         attrs.push(s("url.path", p.clone()));
+        if r.direction == Direction::Inbound {
+            attrs.push(s("http.route", crate::http::route::template(p)));
+        }
     }
     if let Some(st) = r.status {
         attrs.push(i("http.response.status_code", i64::from(st)));

@@ -10,6 +10,7 @@ mod conversation;
 mod gen_ai;
 mod head;
 mod record;
+pub mod route;
 mod scan;
 
 pub use conversation::Conversation;

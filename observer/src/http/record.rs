@@ -54,7 +54,7 @@ pub struct RequestRecord {
     /// after its start (earlier requests were not seen).
     pub request_index: Option<u32>,
     pub method: Option<String>,
-    /// Without its query (keeping it is not offered yet: `ConnTable.keep_query`).
+    /// Without its query unless `--http-query` asks for it.
     pub path: Option<String>,
     pub host: Option<String>,
     pub status: Option<u16>,
