@@ -50,6 +50,11 @@ pub struct PlaintextEvent {
     /// The call's entry and return (a packet: when it passed, both).
     pub entry_ns: u64,
     pub ret_ns: u64,
+    /// TLS: the session's handshake, first call's entry to the completing
+    /// call's return (the phases a first request's trace shows); 0 on plain
+    /// TCP or when not seen.
+    pub hs_start_ns: u64,
+    pub hs_end_ns: u64,
     /// Bytes the call or the segment moved.
     pub len: u32,
     /// [`crate::tls::op::READ`] (the connection's owner received) or
@@ -57,7 +62,9 @@ pub struct PlaintextEvent {
     pub op: u8,
     /// [`DATA_FROM_START`], [`DATA_PLAIN`].
     pub flags: u8,
-    pub _pad: [u8; 2],
+    /// TLS: the library ([`crate::tls::library`]); 0 on plain TCP.
+    pub library: u8,
+    pub _pad: u8,
     pub data: [u8; DATA_CAPTURE],
 }
 
@@ -68,4 +75,4 @@ pub const DATA_FROM_START: u8 = 1;
 /// From a plain TCP segment (not a TLS library call).
 pub const DATA_PLAIN: u8 = 2;
 
-const _: () = assert!(core::mem::size_of::<PlaintextEvent>() == 16 + 160 + 24 + DATA_CAPTURE);
+const _: () = assert!(core::mem::size_of::<PlaintextEvent>() == 16 + 160 + 40 + DATA_CAPTURE);

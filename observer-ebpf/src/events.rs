@@ -244,7 +244,10 @@ pub fn emit_tls_plaintext(
         (*ev).len = n as u32;
         (*ev).op = op;
         (*ev).flags = if from_start { DATA_FROM_START } else { 0 };
-        (*ev)._pad = [0; 2];
+        (*ev).hs_start_ns = tls.hs_start_ns;
+        (*ev).hs_end_ns = tls.hs_end_ns;
+        (*ev).library = tls.library;
+        (*ev)._pad = 0;
         if n <= DATA_CAPTURE as u64 {
             copy_user(ev, 0, buf, n as u32)
         } else {

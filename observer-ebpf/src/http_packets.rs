@@ -158,7 +158,10 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         (*ev).op = if egress { op::WRITE } else { op::READ };
         let from_start = first && conn.bytes_tx == 0 && conn.bytes_rx == 0;
         (*ev).flags = DATA_PLAIN | if from_start { DATA_FROM_START } else { 0 };
-        (*ev)._pad = [0; 2];
+        (*ev).hs_start_ns = 0;
+        (*ev).hs_end_ns = 0;
+        (*ev).library = 0;
+        (*ev)._pad = 0;
         if len <= DATA_CAPTURE {
             copy(ctx, ev, 0, payload, len)
         } else {

@@ -8,7 +8,10 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use observer_common::{Conn, TlsConn, FLAG_TLS};
+use observer_common::{
+    tls::{TLS_HS_DONE, TLS_HS_STARTED},
+    Conn, TlsConn, FLAG_TLS,
+};
 
 use crate::{
     clock::Clock,
@@ -101,8 +104,30 @@ impl ConnTable {
         if done.is_empty() {
             return;
         }
-        let owner = self.live.get(&ev.conn.sk).map(|l| &l.owner);
-        let conn = ConnRecord::new(&ev.conn, owner, &self.clock, State::Open);
+        let live = self.live.get(&ev.conn.sk);
+        let mut conn = ConnRecord::new(&ev.conn, live.map(|l| &l.owner), &self.clock, State::Open);
+        // The first request's trace shows the connection's phases.
+        if done.iter().any(|x| x.index == Some(1)) {
+            if ev.hs_end_ns != 0 {
+                let tls = TlsConn {
+                    hs_start_ns: ev.hs_start_ns,
+                    hs_end_ns: ev.hs_end_ns,
+                    library: ev.library,
+                    flags: TLS_HS_STARTED | TLS_HS_DONE,
+                    ..TlsConn::default()
+                };
+                let name = live.and_then(|l| l.server_name.clone());
+                conn.tls = TlsRecord::new(
+                    &tls,
+                    &ev.conn,
+                    conn.direction,
+                    State::Open,
+                    name,
+                    Some(&self.clock),
+                );
+            }
+            join_dns(&mut self.lookups, &mut conn);
+        }
         for x in done {
             self.requests_out.push(RequestRecord::new(
                 &x,

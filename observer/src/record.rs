@@ -95,6 +95,10 @@ pub struct ConnRecord {
     pub first_tx_unix_ns: Option<u64>,
     #[serde(skip)]
     pub first_rx_unix_ns: Option<u64>,
+    /// The connection's identity for trace ids shared by its records (its
+    /// socket and start: a socket's address is reused by later connections).
+    #[serde(skip)]
+    pub conn_key: u64,
 }
 
 /// The kernel's thread name: bytes up to the first NUL.
@@ -236,6 +240,7 @@ impl ConnRecord {
             dns: None,
             first_tx_unix_ns: (conn.first_tx_ns != 0).then(|| clock.to_unix_ns(conn.first_tx_ns)),
             first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),
+            conn_key: conn.sk ^ conn.start_ns.rotate_left(32),
         }
     }
 }

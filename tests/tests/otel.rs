@@ -1040,7 +1040,7 @@ fn llm_calls_as_traces() {
     let server_port = free_port();
     let run = exporting_to(port, server_port);
     let server = llm_server_on(server_port, Some(&cert), 120.0, 20.0, 4);
-    let c = llm_client(server.port, 0, &["--model", "tiny-t"]);
+    let c = llm_client(server.port, 0, &["--model", "tiny-t", "--model", "tiny-u"]);
     run.stop();
     let spans: Vec<Span> = rec
         .traces
@@ -1120,5 +1120,38 @@ fn llm_calls_as_traces() {
     assert!(
         served_ms >= 120.0 && served_ms <= waited,
         "the server's wait {served_ms:.3} ms, the client's {waited:.3} ms"
+    );
+    // The connection's first request carries its phases: the connect and
+    // the TLS handshake, inside the request's span, before its wait.
+    let phase = |name: &str| -> &Span {
+        spans
+            .iter()
+            .find(|s| s.parent_span_id == client.span_id && s.name == name)
+            .unwrap_or_else(|| panic!("no {name} under the first request: {spans:#?}"))
+    };
+    let connect = phase(&format!("socket connect 127.0.0.1:{}", server.port));
+    let handshake = phase("TLS client handshake llm.test");
+    assert!(client.start_time_unix_nano <= connect.start_time_unix_nano);
+    assert!(connect.end_time_unix_nano <= handshake.end_time_unix_nano);
+    assert!(handshake.end_time_unix_nano <= wait[0].start_time_unix_nano);
+    assert_eq!(connect.trace_id, client.trace_id);
+    // The second request on the connection is a trace of its own, linked
+    // to the first's.
+    let second: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "chat tiny-u" && s.kind == SpanKind::Client as i32)
+        .collect();
+    assert_eq!(second.len(), 1, "{spans:#?}");
+    assert_ne!(second[0].trace_id, client.trace_id);
+    assert_eq!(second[0].links.len(), 1, "{:#?}", second[0]);
+    assert_eq!(
+        (&second[0].links[0].trace_id, &second[0].links[0].span_id),
+        (&client.trace_id, &client.span_id)
+    );
+    assert!(
+        !spans
+            .iter()
+            .any(|s| s.parent_span_id == second[0].span_id && s.name.starts_with("socket connect")),
+        "phases belong to the first request only"
     );
 }

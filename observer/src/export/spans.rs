@@ -10,7 +10,11 @@ use opentelemetry_proto::tonic::{
     collector::trace::v1::ExportTraceServiceRequest,
     common::v1::{InstrumentationScope, KeyValue},
     resource::v1::Resource,
-    trace::v1::{span::SpanKind, status::StatusCode, ResourceSpans, ScopeSpans, Span, Status},
+    trace::v1::{
+        span::{Link, SpanKind},
+        status::StatusCode,
+        ResourceSpans, ScopeSpans, Span, Status,
+    },
 };
 
 use super::attrs::{error_type, f, i, s, Ids};
@@ -220,24 +224,66 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         }),
         ..Span::default()
     }];
-    let mut child = |name: String, from: u64, len: u64, attrs: Vec<KeyValue>| {
+    let window = Window {
+        trace_id: &trace_id,
+        parent: &root_id,
+        start,
+        end,
+    };
+    phase_spans(r, &e, &window, ids, &mut out);
+    let wait = match &r.tls {
+        Some(t) => t.ttfb_start_unix_ns.zip(t.ttfb_ns),
+        None => match r.direction {
+            Direction::Outbound => r.first_tx_unix_ns.zip(r.ttfb_ns),
+            Direction::Inbound => r.first_rx_unix_ns.zip(r.ttfb_ns),
+        },
+    };
+    if let Some((from, len)) = wait {
+        out.push(window.child(ids, "wait first byte".to_owned(), from, len, Vec::new()));
+    }
+    out
+}
+
+/// Where a trace's child spans go: under `parent`, inside [start, end].
+struct Window<'a> {
+    trace_id: &'a [u8],
+    parent: &'a [u8],
+    start: u64,
+    end: u64,
+}
+
+impl Window<'_> {
+    fn child(
+        &self,
+        ids: &mut Ids,
+        name: String,
+        from: u64,
+        len: u64,
+        attrs: Vec<KeyValue>,
+    ) -> Span {
         // Children lie inside their parent.
-        let from = from.clamp(start, end);
-        let to = from.saturating_add(len).min(end.max(from));
-        out.push(Span {
-            trace_id: trace_id.clone(),
+        let from = from.clamp(self.start, self.end);
+        let to = from.saturating_add(len).min(self.end.max(from));
+        Span {
+            trace_id: self.trace_id.to_vec(),
             span_id: ids.span_id(),
-            parent_span_id: root_id.clone(),
+            parent_span_id: self.parent.to_vec(),
             name,
             kind: SpanKind::Internal as i32,
             start_time_unix_nano: from,
             end_time_unix_nano: to,
             attributes: attrs,
             ..Span::default()
-        });
-    };
+        }
+    }
+}
+
+/// A connection's phases as child spans: the lookup that led to it, the
+/// socket connect, the TLS handshake.
+fn phase_spans(r: &ConnRecord, e: &Ends, w: &Window<'_>, ids: &mut Ids, out: &mut Vec<Span>) {
     if let Some(d) = &r.dns {
-        child(
+        out.push(w.child(
+            ids,
             format!("DNS lookup {}", d.name),
             d.start_unix_ns,
             d.duration_ns,
@@ -245,18 +291,19 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
                 s("dns.question.name", d.name.to_string()),
                 s("observer.dns.result", d.result),
             ],
-        );
+        ));
     }
     if let Some(c) = r.connect_ns {
-        child(
+        out.push(w.child(
+            ids,
             format!("socket connect {}:{}", r.remote_addr, r.remote_port),
-            start,
+            r.start_unix_ns,
             c,
             vec![
                 s("network.peer.address", r.remote_addr.to_string()),
                 i("network.peer.port", i64::from(r.remote_port)),
             ],
-        );
+        ));
     }
     if let Some(t) = &r.tls {
         if let (Some(from), Some(len)) = (t.handshake_start_unix_ns, t.handshake_ns) {
@@ -267,25 +314,15 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
                 Direction::Outbound => format!("TLS client handshake {}", e.server_addr),
                 Direction::Inbound => "TLS server handshake".to_owned(),
             };
-            child(
+            out.push(w.child(
+                ids,
                 name,
                 from.saturating_sub(setup),
                 len + setup,
                 vec![s("observer.tls.library", t.library)],
-            );
+            ));
         }
     }
-    let wait = match &r.tls {
-        Some(t) => t.ttfb_start_unix_ns.zip(t.ttfb_ns),
-        None => match r.direction {
-            Direction::Outbound => r.first_tx_unix_ns.zip(r.ttfb_ns),
-            Direction::Inbound => r.first_rx_unix_ns.zip(r.ttfb_ns),
-        },
-    };
-    if let Some((from, len)) = wait {
-        child("wait first byte".to_owned(), from, len, Vec::new());
-    }
-    out
 }
 
 /// A lookup of its own: one CLIENT span.
@@ -366,8 +403,25 @@ fn gpu_attributes(gpu: Option<&crate::gpu::GpuRecord>, attrs: &mut Vec<KeyValue>
 /// or `{operation} {model}` for an LLM API call (GenAI conventions), CLIENT
 /// or SERVER, with a child for the wait for the answer's first byte.
 pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
-    let trace_id = ids.trace_id();
-    let root_id = ids.span_id();
+    // A connection's first request is the trace of the connection's set-up
+    // too; later requests on it link to that trace.
+    let first = r.connection.as_deref();
+    let (trace_id, root_id) = match first {
+        Some(_) => (
+            ids.connection_trace_id(r.conn_key),
+            ids.connection_span_id(r.conn_key),
+        ),
+        None => (ids.trace_id(), ids.span_id()),
+    };
+    let links = match r.request_index {
+        Some(n) if n > 1 => vec![Link {
+            trace_id: ids.connection_trace_id(r.conn_key),
+            span_id: ids.connection_span_id(r.conn_key),
+            attributes: vec![s("observer.link", "connection's first request")],
+            ..Link::default()
+        }],
+        _ => Vec::new(),
+    };
     let (server, port) = r.server();
     let method = r.method.clone().unwrap_or_else(|| "HTTP".into());
     let mut attrs = vec![
@@ -440,31 +494,46 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         attrs.push(s("error.type", e.clone()));
     }
     let kind = span_kind(r.direction);
+    // The first request's span starts with its connection's first phase.
+    let start = first.map_or(r.start_unix_ns, |c| {
+        c.dns
+            .as_ref()
+            .map_or(c.start_unix_ns, |d| d.start_unix_ns.min(c.start_unix_ns))
+            .min(r.start_unix_ns)
+    });
+    let end = r.end_unix_ns.max(start);
     let mut out = vec![Span {
         trace_id: trace_id.clone(),
         span_id: root_id.clone(),
         name,
         kind: kind as i32,
-        start_time_unix_nano: r.start_unix_ns,
-        end_time_unix_nano: r.end_unix_ns,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
         attributes: attrs,
+        links,
         status: error.map(|e| Status {
             code: StatusCode::Error as i32,
             message: e,
         }),
         ..Span::default()
     }];
+    let window = Window {
+        trace_id: &trace_id,
+        parent: &root_id,
+        start,
+        end,
+    };
+    if let Some(c) = first {
+        phase_spans(c, &ends(c), &window, ids, &mut out);
+    }
     if let Some(t) = r.ttfb_ns {
-        out.push(Span {
-            trace_id,
-            span_id: ids.span_id(),
-            parent_span_id: root_id,
-            name: "wait first byte".into(),
-            kind: SpanKind::Internal as i32,
-            start_time_unix_nano: r.start_unix_ns,
-            end_time_unix_nano: r.start_unix_ns + t,
-            ..Span::default()
-        });
+        out.push(window.child(
+            ids,
+            "wait first byte".into(),
+            r.start_unix_ns,
+            t,
+            Vec::new(),
+        ));
     }
     out
 }

@@ -254,10 +254,13 @@ mod tests {
             conn: Conn::default(),
             entry_ns: t,
             ret_ns: t + 10,
+            hs_start_ns: 0,
+            hs_end_ns: 0,
             len: len as u32,
             op,
             flags: DATA_FROM_START,
-            _pad: [0; 2],
+            library: 0,
+            _pad: 0,
             data,
         }
     }

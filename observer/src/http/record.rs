@@ -73,6 +73,14 @@ pub struct RequestRecord {
     /// null, "incomplete" (the connection closed before the answer ended),
     /// "reset", or "no response".
     pub error: Option<&'static str>,
+    /// The connection's identity (see [`ConnRecord::conn_key`]): its first
+    /// request's trace is the one later requests link to.
+    #[serde(skip)]
+    pub conn_key: u64,
+    /// On the connection's first request: the connection as it stood, whose
+    /// phases (lookup, connect, TLS handshake) that request's trace shows.
+    #[serde(skip)]
+    pub connection: Option<Box<ConnRecord>>,
 }
 
 fn after(start: u64, t: u64) -> Option<u64> {
@@ -151,6 +159,8 @@ impl RequestRecord {
             gen_ai,
             gpu: None,
             error,
+            conn_key: conn.conn_key,
+            connection: (x.index == Some(1)).then(|| Box::new(conn.clone())),
         }
     }
 
