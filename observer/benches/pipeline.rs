@@ -94,5 +94,125 @@ fn pipeline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline);
+/// Content events per streamed answer in the request benchmark.
+const CHUNKS: usize = 20;
+
+/// One plaintext record (a TLS library call) of an outbound connection.
+fn plaintext(op: u8, t: u64, bytes: &[u8], first: bool) -> Vec<u8> {
+    use observer_common::http::{PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF};
+    let mut data = [0u8; DATA_CAPTURE];
+    let len = bytes.len();
+    if len <= DATA_CAPTURE {
+        data[..len].copy_from_slice(bytes);
+    } else {
+        data[..DATA_HALF].copy_from_slice(&bytes[..DATA_HALF]);
+        data[DATA_HALF..].copy_from_slice(&bytes[len - DATA_HALF..]);
+    }
+    let mut conn = Conn {
+        sk: 0xffff_8880_1234_0000,
+        start_ns: 1_000,
+        established_ns: 2_000,
+        pid: std::process::id(),
+        tid: std::process::id(),
+        sport: 40_000,
+        dport: 443,
+        family: AF_INET,
+        direction: DIR_OUTBOUND,
+        flags: FLAG_OWNED | FLAG_ESTABLISHED,
+        ..Conn::default()
+    };
+    conn.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+    conn.daddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+    let ev = PlaintextEvent {
+        hdr: EventHeader {
+            kind: EventKind::Plaintext as u32,
+            size: std::mem::size_of::<PlaintextEvent>() as u32,
+            ts_ns: t,
+        },
+        conn,
+        entry_ns: t,
+        ret_ns: t + 10,
+        hs_start_ns: 0,
+        hs_end_ns: 0,
+        len: len as u32,
+        op,
+        flags: if first { DATA_FROM_START } else { 0 },
+        library: 0,
+        _pad: 0,
+        data,
+    };
+    as_bytes(&ev).to_vec()
+}
+
+/// A streamed chat completion as its client's library calls: the request
+/// written, the answer's head with the first event, CHUNKS content events
+/// read one by one, the finish, usage and [DONE] in one last read.
+fn chat_completion(first: bool) -> Vec<Vec<u8>> {
+    use observer_common::tls::op;
+    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len());
+    let event = |json: &str| chunk(&format!("data: {json}\n\n"));
+    let body = r#"{"model":"bench-model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Say twenty words."}]}"#;
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: api.bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let base = r#""id":"c1","object":"chat.completion.chunk","model":"bench-model-1""#;
+    let mut out = vec![plaintext(op::WRITE, 10_000, request.as_bytes(), first)];
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+        event(&format!(r#"{{{base},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}}}}]}}"#))
+    );
+    out.push(plaintext(op::READ, 20_000, head.as_bytes(), false));
+    for i in 0..CHUNKS {
+        let e = event(&format!(
+            r#"{{{base},"choices":[{{"index":0,"delta":{{"content":"word{i} "}}}}]}}"#
+        ));
+        out.push(plaintext(
+            op::READ,
+            30_000 + i as u64 * 1_000,
+            e.as_bytes(),
+            false,
+        ));
+    }
+    let last = format!(
+        "{}{}{}0\r\n\r\n",
+        event(&format!(
+            r#"{{{base},"choices":[{{"index":0,"delta":{{}},"finish_reason":"stop"}}]}}"#
+        )),
+        event(&format!(
+            r#"{{{base},"choices":[],"usage":{{"prompt_tokens":31,"completion_tokens":{CHUNKS},"total_tokens":51}}}}"#
+        )),
+        chunk("data: [DONE]\n\n"),
+    );
+    out.push(plaintext(op::READ, 60_000, last.as_bytes(), false));
+    out
+}
+
+/// Requests on one kept-alive TLS connection: decode, parse (HTTP head,
+/// chunked framing, server-sent events, the LLM API's JSON keys) and the
+/// request record, per request.
+fn requests(c: &mut Criterion) {
+    let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
+    // The connection's first request, once: those after it are what is timed.
+    for bytes in chat_completion(true) {
+        table.handle(decode(&bytes).expect("synthetic records decode"));
+    }
+    table.requests_out.clear();
+    let records = chat_completion(false);
+    let mut group = c.benchmark_group("pipeline");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("streamed_request", |b| {
+        b.iter(|| {
+            for bytes in &records {
+                let ev = decode(bytes).expect("synthetic records decode");
+                black_box(table.handle(ev));
+            }
+            assert_eq!(table.requests_out.len(), 1, "one request record");
+            black_box(table.requests_out.pop());
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, pipeline, requests);
 criterion_main!(benches);

@@ -382,6 +382,7 @@ impl TlsProbes {
             self.report.plaintext_over_cap += 1;
             return;
         }
+        let attach_started = Instant::now();
         let files = self.scan(probes, pid);
         let mut fds = Vec::new();
         let mut errors = Vec::new();
@@ -445,7 +446,11 @@ impl TlsProbes {
                 }
             }
         }
-        tracing::debug!("TLS: pid {pid}: {} plaintext probes attached", fds.len());
+        tracing::debug!(
+            "TLS: pid {pid}: {} plaintext probes attached in {:?}",
+            fds.len(),
+            attach_started.elapsed()
+        );
         if fds.is_empty() {
             return;
         }
@@ -471,8 +476,11 @@ impl TlsProbes {
 
     /// Takes the process's probes off (closing its perf events).
     fn detach_process(&mut self, _probes: &mut Probes, pid: u32) {
-        if self.procs.remove(&pid).is_some() {
+        let t = Instant::now();
+        if let Some(attached) = self.procs.remove(&pid) {
+            drop(attached);
             self.report.plaintext_processes = self.procs.len();
+            tracing::debug!("TLS: pid {pid}: plaintext probes off in {:?}", t.elapsed());
         }
     }
 

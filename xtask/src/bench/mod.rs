@@ -262,7 +262,13 @@ fn run_pipeline(root: &Path, quick: bool) -> Result<Value> {
     let ns_per_iter = v["median"]["point_estimate"].as_f64().context("median")?;
     let events_per_s = observer_bench_events_per_iter() / (ns_per_iter / 1e9);
     eprintln!("bench: pipeline decode+correlate {events_per_s:.0} events/s on one core");
-    Ok(json!({ "name": "pipeline", "events_per_s": events_per_s }))
+    // One streamed chat completion (22 plaintext records) per iteration.
+    let est = root.join("target/criterion/pipeline/streamed_request/new/estimates.json");
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&est).context("criterion estimates")?)?;
+    let request_us = v["median"]["point_estimate"].as_f64().context("median")? / 1e3;
+    eprintln!("bench: a streamed request's decode+parse+record {request_us:.2} µs on one core");
+    Ok(json!({ "name": "pipeline", "events_per_s": events_per_s, "request_us": request_us }))
 }
 
 /// Must match EVENTS_PER_ITER in observer/benches/pipeline.rs.

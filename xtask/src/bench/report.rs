@@ -248,6 +248,12 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
             "\n## Userspace pipeline alone\n\nDecode + correlate a synthetic stream (criterion, `cargo bench -p observer --bench pipeline`): {:.0} events/s on one core.\n",
             f(p, "events_per_s")
         ));
+        if p.get("request_us").is_some() {
+            md.push_str(&format!(
+                "A streamed chat completion on a kept-alive TLS connection (22 plaintext records: the request, the head and 20 content events, the finish and usage), decoded, parsed and made a request record: {:.2} µs on one core.\n",
+                f(p, "request_us")
+            ));
+        }
     }
     let notes = root.join("bench/NOTES.md");
     if let Ok(n) = std::fs::read_to_string(&notes) {
