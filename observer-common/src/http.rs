@@ -68,6 +68,41 @@ pub struct PlaintextEvent {
     pub data: [u8; DATA_CAPTURE],
 }
 
+#[cfg(feature = "user")]
+impl PlaintextEvent {
+    /// The record the kernel would write for a call on `conn` that moved
+    /// `bytes` (its first and last halves when longer than the capture),
+    /// returning 10 ns after `entry_ns`: for tests and benchmarks.
+    pub fn of_call(conn: crate::Conn, op: u8, entry_ns: u64, bytes: &[u8], flags: u8) -> Self {
+        let mut data = [0u8; DATA_CAPTURE];
+        let len = bytes.len();
+        if len <= DATA_CAPTURE {
+            data[..len].copy_from_slice(bytes);
+        } else {
+            data[..DATA_HALF].copy_from_slice(&bytes[..DATA_HALF]);
+            data[DATA_HALF..].copy_from_slice(&bytes[len - DATA_HALF..]);
+        }
+        Self {
+            hdr: crate::EventHeader {
+                kind: crate::EventKind::Plaintext as u32,
+                size: core::mem::size_of::<Self>() as u32,
+                ts_ns: entry_ns,
+            },
+            conn,
+            entry_ns,
+            ret_ns: entry_ns + 10,
+            hs_start_ns: 0,
+            hs_end_ns: 0,
+            len: len as u32,
+            op,
+            flags,
+            library: 0,
+            _pad: 0,
+            data,
+        }
+    }
+}
+
 /// Nothing moved on the connection (after its TLS handshake) before this:
 /// it carries the connection's first exchange, not one after data the
 /// probes missed.

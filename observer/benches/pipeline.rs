@@ -18,60 +18,67 @@ use observer_common::{
 
 const EVENTS_PER_ITER: usize = 10_000;
 
+/// Connection `i` of this process (outbound, to 10.0.0.x:443) as the kernel
+/// reports it: its owner record and its close record.
+fn connection(i: u64) -> (OwnerEvent, CloseEvent) {
+    let pid = std::process::id();
+    let sk = 0xffff_8880_0000_0000 + i * 4096;
+    let owner = OwnerEvent {
+        hdr: EventHeader {
+            kind: EventKind::Owner as u32,
+            size: std::mem::size_of::<OwnerEvent>() as u32,
+            ts_ns: 1_000 + i,
+        },
+        sk,
+        pid,
+        tid: pid,
+        comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+        direction: DIR_OUTBOUND,
+        _pad: 0,
+        family: observer_common::AF_INET,
+        _pad2: 0,
+        daddr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    };
+    let mut conn = Conn {
+        sk,
+        start_ns: 1_000 + i,
+        established_ns: 2_000 + i,
+        first_tx_ns: 3_000 + i,
+        first_rx_ns: 9_000 + i,
+        end_ns: 20_000 + i,
+        bytes_tx: 517,
+        bytes_rx: 4096,
+        tx_calls: 1,
+        rx_calls: 2,
+        pid,
+        tid: pid,
+        sport: 40_000 + (i % 20_000) as u16,
+        dport: 443,
+        family: AF_INET,
+        direction: DIR_OUTBOUND,
+        flags: FLAG_OWNED | FLAG_ESTABLISHED,
+        ..Conn::default()
+    };
+    conn.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+    conn.daddr[..4].copy_from_slice(&[10, 0, 0, (i % 250) as u8]);
+    let close = CloseEvent {
+        hdr: EventHeader {
+            kind: EventKind::Close as u32,
+            size: std::mem::size_of::<CloseEvent>() as u32,
+            ts_ns: 20_000 + i,
+        },
+        conn,
+        tls: TlsConn::default(),
+    };
+    (owner, close)
+}
+
 /// Owner + close records for EVENTS_PER_ITER / 2 connections of this process,
 /// as the kernel would write them.
 fn stream() -> Vec<Vec<u8>> {
-    let pid = std::process::id();
     let mut out = Vec::with_capacity(EVENTS_PER_ITER);
     for i in 0..(EVENTS_PER_ITER / 2) as u64 {
-        let sk = 0xffff_8880_0000_0000 + i * 4096;
-        let owner = OwnerEvent {
-            hdr: EventHeader {
-                kind: EventKind::Owner as u32,
-                size: std::mem::size_of::<OwnerEvent>() as u32,
-                ts_ns: 1_000 + i,
-            },
-            sk,
-            pid,
-            tid: pid,
-            comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
-            direction: DIR_OUTBOUND,
-            _pad: 0,
-            family: observer_common::AF_INET,
-            _pad2: 0,
-            daddr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-        };
-        let mut conn = Conn {
-            sk,
-            start_ns: 1_000 + i,
-            established_ns: 2_000 + i,
-            first_tx_ns: 3_000 + i,
-            first_rx_ns: 9_000 + i,
-            end_ns: 20_000 + i,
-            bytes_tx: 517,
-            bytes_rx: 4096,
-            tx_calls: 1,
-            rx_calls: 2,
-            pid,
-            tid: pid,
-            sport: 40_000 + (i % 20_000) as u16,
-            dport: 443,
-            family: AF_INET,
-            direction: DIR_OUTBOUND,
-            flags: FLAG_OWNED | FLAG_ESTABLISHED,
-            ..Conn::default()
-        };
-        conn.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
-        conn.daddr[..4].copy_from_slice(&[10, 0, 0, (i % 250) as u8]);
-        let close = CloseEvent {
-            hdr: EventHeader {
-                kind: EventKind::Close as u32,
-                size: std::mem::size_of::<CloseEvent>() as u32,
-                ts_ns: 20_000 + i,
-            },
-            conn,
-            tls: TlsConn::default(),
-        };
+        let (owner, close) = connection(i);
         out.push(as_bytes(&owner).to_vec());
         out.push(as_bytes(&close).to_vec());
     }
@@ -99,49 +106,10 @@ const CHUNKS: usize = 20;
 
 /// One plaintext record (a TLS library call) of an outbound connection.
 fn plaintext(op: u8, t: u64, bytes: &[u8], first: bool) -> Vec<u8> {
-    use observer_common::http::{PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF};
-    let mut data = [0u8; DATA_CAPTURE];
-    let len = bytes.len();
-    if len <= DATA_CAPTURE {
-        data[..len].copy_from_slice(bytes);
-    } else {
-        data[..DATA_HALF].copy_from_slice(&bytes[..DATA_HALF]);
-        data[DATA_HALF..].copy_from_slice(&bytes[len - DATA_HALF..]);
-    }
-    let mut conn = Conn {
-        sk: 0xffff_8880_1234_0000,
-        start_ns: 1_000,
-        established_ns: 2_000,
-        pid: std::process::id(),
-        tid: std::process::id(),
-        sport: 40_000,
-        dport: 443,
-        family: AF_INET,
-        direction: DIR_OUTBOUND,
-        flags: FLAG_OWNED | FLAG_ESTABLISHED,
-        ..Conn::default()
-    };
-    conn.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
-    conn.daddr[..4].copy_from_slice(&[127, 0, 0, 1]);
-    let ev = PlaintextEvent {
-        hdr: EventHeader {
-            kind: EventKind::Plaintext as u32,
-            size: std::mem::size_of::<PlaintextEvent>() as u32,
-            ts_ns: t,
-        },
-        conn,
-        entry_ns: t,
-        ret_ns: t + 10,
-        hs_start_ns: 0,
-        hs_end_ns: 0,
-        len: len as u32,
-        op,
-        flags: if first { DATA_FROM_START } else { 0 },
-        library: 0,
-        _pad: 0,
-        data,
-    };
-    as_bytes(&ev).to_vec()
+    use observer_common::http::{PlaintextEvent, DATA_FROM_START};
+    let (_, close) = connection(0);
+    let flags = if first { DATA_FROM_START } else { 0 };
+    as_bytes(&PlaintextEvent::of_call(close.conn, op, t, bytes, flags)).to_vec()
 }
 
 /// A streamed chat completion as its client's library calls: the request

@@ -157,6 +157,18 @@ impl Watched {
     }
 
     /// Records whose `field` equals `value`.
+    /// The one request record of an LLM call for `model` seen from
+    /// `direction` ("outbound": the client's, "inbound": the server's).
+    pub fn request_of_model(&self, model: &str, direction: &str) -> &Value {
+        let v: Vec<&Value> = self
+            .requests
+            .iter()
+            .filter(|r| r["direction"] == direction && r["gen_ai"]["request_model"] == model)
+            .collect();
+        assert_eq!(v.len(), 1, "{model} {direction}: {:#?}", self.requests);
+        v[0]
+    }
+
     pub fn with<'a>(&'a self, field: &str, value: &Value) -> Vec<&'a Value> {
         self.records.iter().filter(|r| &r[field] == value).collect()
     }

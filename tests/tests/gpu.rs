@@ -59,6 +59,23 @@ impl Drop for StubConfig {
     }
 }
 
+/// `observer watch` of `port`'s connections with the stub NVML, sampled
+/// every 50 ms.
+fn watch_with_stub(port: u16, cfg: &StubConfig) -> Watch {
+    let stub = stub();
+    Watch::start_with_env(
+        &[
+            "--port",
+            &port.to_string(),
+            "--nvml-lib",
+            stub.to_str().unwrap(),
+            "--gpu-interval",
+            "50",
+        ],
+        &[("NVML_STUB_CONFIG", cfg.0.to_str().unwrap())],
+    )
+}
+
 fn devices(gpu_pid: u32, util: u32) -> Value {
     json!({"devices": [
         {"uuid": "GPU-00000000-aaaa", "name": "Stub H200", "util_gpu": util, "util_mem": 10,
@@ -164,18 +181,7 @@ fn a_gpu_servers_records_carry_its_gpu_during_the_request() {
         "100",
     ]));
     let cfg = StubConfig::new(&devices(server.pid(), 10));
-    let stub = stub();
-    let w = Watch::start_with_env(
-        &[
-            "--port",
-            &server.port.to_string(),
-            "--nvml-lib",
-            stub.to_str().unwrap(),
-            "--gpu-interval",
-            "50",
-        ],
-        &[("NVML_STUB_CONFIG", cfg.0.to_str().unwrap())],
-    );
+    let w = watch_with_stub(server.port, &cfg);
     std::thread::sleep(Duration::from_millis(300));
     let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     s.write_all(b"request").unwrap();
@@ -332,18 +338,7 @@ fn each_request_of_an_inference_server_carries_its_gpu() {
     };
     let server = llm_server(None, 600.0, 0.0, 2);
     let cfg = StubConfig::new(&devices(server.pid(), 10));
-    let stub = stub();
-    let w = Watch::start_with_env(
-        &[
-            "--port",
-            &server.port.to_string(),
-            "--nvml-lib",
-            stub.to_str().unwrap(),
-            "--gpu-interval",
-            "50",
-        ],
-        &[("NVML_STUB_CONFIG", cfg.0.to_str().unwrap())],
-    );
+    let w = watch_with_stub(server.port, &cfg);
     std::thread::sleep(Duration::from_millis(300));
     let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     // The first request, and the change of utilization while it waits.
@@ -358,15 +353,7 @@ fn each_request_of_an_inference_server_carries_its_gpu() {
     ask(&mut s, "second");
     drop(s);
     let out = w.stop();
-    let of = |model: &str, direction: &str| -> &Value {
-        let v: Vec<&Value> = out
-            .requests
-            .iter()
-            .filter(|r| r["direction"] == direction && r["gen_ai"]["request_model"] == model)
-            .collect();
-        assert_eq!(v.len(), 1, "{model} {direction}: {:#?}", out.requests);
-        v[0]
-    };
+    let of = |model: &str, direction: &str| out.request_of_model(model, direction);
     let device = |r: &Value| -> Value {
         let d = r["gpu"]["devices"]
             .as_array()

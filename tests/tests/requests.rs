@@ -545,15 +545,7 @@ fn openai_sdk_node_fetch_and_python_http_client() {
         "{}",
         out.summary()
     );
-    let of_model = |model: &str, direction: &str| -> &Value {
-        let v: Vec<&Value> = out
-            .requests
-            .iter()
-            .filter(|r| r["direction"] == direction && r["gen_ai"]["request_model"] == model)
-            .collect();
-        assert_eq!(v.len(), 1, "{model} {direction}: {v:#?}");
-        v[0]
-    };
+    let of_model = |model: &str, direction: &str| out.request_of_model(model, direction);
     for (client, own) in [("sdk", &sdk), ("node", &node), ("stdlib", &stdlib)] {
         assert_eq!(own.len(), 2, "{client}: {own:?}");
         let (mut ttfb_off, mut ttft_off) = (Vec::new(), Vec::new());

@@ -241,28 +241,7 @@ mod tests {
     use super::*;
 
     fn call(op: u8, t: u64, bytes: &[u8]) -> PlaintextEvent {
-        let mut data = [0u8; DATA_CAPTURE];
-        let len = bytes.len();
-        if len <= DATA_CAPTURE {
-            data[..len].copy_from_slice(bytes);
-        } else {
-            data[..DATA_HALF].copy_from_slice(&bytes[..DATA_HALF]);
-            data[DATA_HALF..].copy_from_slice(&bytes[len - DATA_HALF..]);
-        }
-        PlaintextEvent {
-            hdr: Default::default(),
-            conn: Conn::default(),
-            entry_ns: t,
-            ret_ns: t + 10,
-            hs_start_ns: 0,
-            hs_end_ns: 0,
-            len: len as u32,
-            op,
-            flags: DATA_FROM_START,
-            library: 0,
-            _pad: 0,
-            data,
-        }
+        PlaintextEvent::of_call(Conn::default(), op, t, bytes, DATA_FROM_START)
     }
 
     fn chunk(s: &str) -> String {
