@@ -210,14 +210,17 @@ fn llm_calls_in_the_metrics() {
         return;
     };
     let cert = Cert::new();
-    let server = server(&cert);
     let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // The server starts after the observer: both of its requests are seen
+    // (one started before would be waiting in SSL_read when its probes came).
+    let server_port = free_port();
     let mut cmd = Command::new(observer_bin());
     cmd.args(["run", "--prometheus-listen", &listen.to_string()])
-        .args(["--port", &server.port.to_string()])
+        .args(["--port", &server_port.to_string()])
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
     let run = Daemon::start(cmd);
-    let c = client(server.port, &["--model", "tiny-m", "--model", "tiny-m"]);
+    let server = llm_server_on(server_port, Some(&cert), FIRST_MS, GAP_MS, CHUNKS);
+    let c = llm_client(server.port, 0, &["--model", "tiny-m", "--model", "tiny-m"]);
     // The correlator takes the records within its next batch.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (status, _, text) = http_request(listen, "GET", "/metrics").unwrap();
