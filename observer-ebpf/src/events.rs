@@ -224,8 +224,6 @@ pub fn emit_tls_plaintext(
         return;
     };
     let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` points at a reserved record of the right size; `conn` at
-    // a live map value.
     // The socket's first send and receive after the handshake: none before
     // this call's entry means nothing before it was missed.
     let first_io = match (tls.sk_send_after_hs_ns, tls.sk_recv_after_hs_ns) {
@@ -236,6 +234,8 @@ pub fn emit_tls_plaintext(
     let from_start = tls.flags & TLS_MIDSTREAM == 0
         && tls.hs_end_ns != 0
         && (first_io == 0 || first_io >= entry_ns);
+    // SAFETY: `ev` points at a reserved record of the right size; `conn` at
+    // a live map value.
     let ok = unsafe {
         (*ev).flags = 0;
         (*ev).conn = *conn;
