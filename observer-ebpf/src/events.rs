@@ -168,9 +168,10 @@ pub fn emit_tls_busy(pid: u32, calls: u32, now: u64) {
     entry.submit(BPF_RB_FORCE_WAKEUP);
 }
 
-/// First four bytes of an HTTP/1.x request (a method) or response, as a
-/// little-endian u32.
-pub const HTTP_STARTS: [u32; 8] = [
+/// First four bytes of an HTTP/1.x request (a method) or response, or of an
+/// HTTP/2 client's preface ("PRI * HTTP/2.0"), as a little-endian u32.
+pub const HTTP_STARTS: [u32; 9] = [
+    u32::from_le_bytes(*b"PRI "),
     u32::from_le_bytes(*b"GET "),
     u32::from_le_bytes(*b"POST"),
     u32::from_le_bytes(*b"PUT "),
@@ -181,10 +182,15 @@ pub const HTTP_STARTS: [u32; 8] = [
     u32::from_le_bytes(*b"HTTP"),
 ];
 
-/// Whether a payload starting with these four bytes is HTTP/1.x.
+/// Whether a payload starting with these four bytes is HTTP (1.x, or 2
+/// from its preface, or from a server's SETTINGS frame: an HTTP/2 server
+/// may write its own before it reads the client's preface).
 #[inline(always)]
 pub fn is_http(start: u32) -> bool {
-    HTTP_STARTS.contains(&start)
+    // Length under 64 KiB (two zero bytes), then type 4.
+    const SETTINGS_MASK: u32 = 0xff00_ffff;
+    const SETTINGS_START: u32 = 0x0400_0000;
+    HTTP_STARTS.contains(&start) || start & SETTINGS_MASK == SETTINGS_START
 }
 
 /// Copies `size` (at most [`DATA_CAPTURE`] - `at`) bytes of user memory at
@@ -202,8 +208,8 @@ unsafe fn copy_user(ev: *mut PlaintextEvent, at: usize, src: u64, size: u32) -> 
 
 /// Sends a plaintext call's bytes (all of them up to DATA_CAPTURE, else its
 /// first and last halves) for the HTTP parser. The connection's first call
-/// that moves data decides whether it is HTTP/1.x; one that is not is never
-/// copied again.
+/// that moves data decides whether it is HTTP (1.x, or 2 from the client's
+/// preface); one that is not is never copied again.
 #[inline(always)]
 pub fn emit_tls_plaintext(
     sk: u64,

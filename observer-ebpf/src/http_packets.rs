@@ -10,8 +10,10 @@
 //! number, so a request is never seen twice.
 
 use aya_ebpf::{
-    helpers::bpf_skb_load_bytes,
-    macros::{cgroup_skb, map},
+    bindings::{bpf_sock, BPF_SK_STORAGE_GET_F_CREATE},
+    btf_maps::SkStorage,
+    helpers::{bpf_skb_load_bytes, generated::bpf_sk_storage_get},
+    macros::{btf_map, cgroup_skb, map},
     maps::LruHashMap,
     programs::SkBuffContext,
     EbpfContext,
@@ -35,6 +37,27 @@ use crate::{
 /// Sequence numbers and copy rate of each plain HTTP/1.x connection.
 #[map(name = "HTTP_SOCKS")]
 pub static HTTP_SOCKS: LruHashMap<u64, HttpSock> = LruHashMap::with_max_entries(MAX_HTTP_SOCKS, 0);
+
+/// Sockets whose payload is not read (TLS, or a first payload that is not
+/// HTTP/1.x): socket storage, so that their packets, most of a busy HTTPS
+/// server's, leave after a pointer or two instead of a CONNS hash lookup.
+/// The kernel frees an entry with its socket.
+#[btf_map]
+static HTTP_SKIP: SkStorage<u8> = SkStorage::new();
+
+#[inline(always)]
+fn skip_ptr(sk: *mut bpf_sock, flags: u64) -> *mut core::ffi::c_void {
+    let map = core::ptr::from_ref(&HTTP_SKIP).cast_mut().cast();
+    // SAFETY: `sk` is the packet's socket (checked non-null); the helper
+    // takes the map's address and the socket's.
+    unsafe { bpf_sk_storage_get(map, sk.cast(), core::ptr::null_mut(), flags) }
+}
+
+/// Marks the socket's packets as not to be read again.
+#[inline(always)]
+fn skip(sk: *mut bpf_sock) {
+    let _ = skip_ptr(sk, BPF_SK_STORAGE_GET_F_CREATE.into());
+}
 
 #[cgroup_skb(egress)]
 pub fn http_egress(ctx: SkBuffContext) -> i32 {
@@ -75,11 +98,15 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     if sk.is_null() {
         return None;
     }
+    if !skip_ptr(sk, 0).is_null() {
+        return None;
+    }
     let key = sk as u64;
     let conn = CONNS.get_ptr_mut(&key)?;
     // SAFETY: a live map value, valid for this program run.
     let conn = unsafe { &mut *conn };
     if conn.http == http::NO || conn.flags & FLAG_TLS != 0 {
+        skip(sk);
         return None;
     }
     let l = layers(ctx)?;
@@ -107,6 +134,7 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         };
         if !is_http(start) {
             conn.http = http::NO;
+            skip(sk);
             return None;
         }
         let mut st = HttpSock {
@@ -118,6 +146,7 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         if HTTP_SOCKS.insert(&key, &st, 0).is_err() {
             count(Counter::HttpInsertFailed);
             conn.http = http::NO;
+            skip(sk);
             return None;
         }
         conn.http = http::YES;
@@ -125,6 +154,7 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         let Some(st) = HTTP_SOCKS.get_ptr_mut(&key) else {
             // Evicted (the map is an LRU): nothing more is copied.
             conn.http = http::NO;
+            skip(sk);
             return None;
         };
         // SAFETY: a live map value.
@@ -143,6 +173,7 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         if st.window_segments > BUSY_SEGMENTS {
             count(Counter::HttpBusy);
             conn.http = http::NO;
+            skip(sk);
             let _ = HTTP_SOCKS.remove(&key);
             return None;
         }

@@ -62,6 +62,9 @@ pub struct ConnTable {
     /// Lookup records not yet taken by the correlator.
     pub dns_out: Vec<DnsRecord>,
     http_orphans_closed: u64,
+    /// HTTP/2 header blocks not decoded and frames lost track of, on
+    /// connections closed.
+    h2_losses_closed: (u64, u64),
     /// Request records not yet taken by the correlator.
     pub requests_out: Vec<RequestRecord>,
     /// Keep the query string of request paths.
@@ -86,6 +89,7 @@ impl ConnTable {
             dns_out: Vec::new(),
             requests_out: Vec::new(),
             http_orphans_closed: 0,
+            h2_losses_closed: (0, 0),
             keep_query: false,
             tls_unmeasured: crate::stats::TlsFirstByteUnmeasured::default(),
             http: HashMap::new(),
@@ -96,6 +100,14 @@ impl ConnTable {
     /// those closed (the per-process probes came in between).
     pub fn http_orphans(&self) -> u64 {
         self.http_orphans_closed + self.http.values().map(|c| c.orphans).sum::<u64>()
+    }
+
+    /// HTTP/2 header blocks not decoded and times frames were lost track of.
+    pub fn h2_losses(&self) -> (u64, u64) {
+        let live = self.http.values().filter_map(|c| c.h2.as_ref());
+        live.fold(self.h2_losses_closed, |(u, l), h| {
+            (u + h.undecodable, l + h.lost)
+        })
     }
 
     fn http_data(&mut self, ev: &observer_common::http::PlaintextEvent) {
@@ -235,13 +247,18 @@ impl ConnTable {
                 );
                 if let Some(mut c) = self.http.remove(&conn.sk) {
                     self.http_orphans_closed += c.orphans;
+                    if let Some(h2) = &c.h2 {
+                        self.h2_losses_closed.0 += h2.undecodable;
+                        self.h2_losses_closed.1 += h2.lost;
+                        r.http2 = Some(h2.counts());
+                    }
                     // A plain connection whose copying stopped (busy): what
                     // was in flight is not known to have ended badly. (A TLS
                     // connection's own packets are never HTTP: its plaintext
                     // comes from the library.)
                     let stopped =
                         conn.flags & FLAG_TLS == 0 && conn.http == observer_common::http::NO;
-                    if let Some((x, cut)) = c.close().filter(|_| !stopped) {
+                    for (x, cut) in c.close().into_iter().filter(|_| !stopped) {
                         self.requests_out.push(RequestRecord::new(
                             &x,
                             cut,
@@ -338,6 +355,10 @@ impl ConnTable {
                         live.last_snapshot_ns = now_ns;
                         let mut r = snapshot(kernel, &conn, live, &self.clock, State::Open);
                         join_dns(&mut self.lookups, &mut r);
+                        r.http2 = self
+                            .http
+                            .get(&sk)
+                            .and_then(|c| Some(c.h2.as_ref()?.counts()));
                         out.push(r);
                     }
                 }
@@ -373,6 +394,10 @@ impl ConnTable {
                     };
                     let mut r = snapshot(kernel, &conn, &live, &self.clock, state);
                     join_dns(&mut self.lookups, &mut r);
+                    r.http2 = self
+                        .http
+                        .get(&sk)
+                        .and_then(|c| Some(c.h2.as_ref()?.counts()));
                     out.push(r);
                 }
                 None => self.evicted += 1,

@@ -303,6 +303,9 @@ pub(crate) async fn correlate(
     stats
         .http_orphans
         .store(table.http_orphans(), std::sync::atomic::Ordering::Relaxed);
+    let (undecodable, out_of_step) = table.h2_losses();
+    Stats::add(&stats.h2_undecodable, undecodable);
+    Stats::add(&stats.h2_out_of_step, out_of_step);
     export_unused(table.unused_lookups(u64::MAX, 0));
     CorrelatorEnd {
         evicted: table.evicted,

@@ -89,6 +89,9 @@ pub struct ConnRecord {
     pub gpu: Option<crate::gpu::GpuRecord>,
     /// The lookup that led to this connection (outbound; null: none seen).
     pub dns: Option<crate::dns::DnsJoin>,
+    /// HTTP/2 connections: streams, resets and GOAWAYs seen, and what could
+    /// not be read (null: not HTTP/2, or its plaintext was not seen).
+    pub http2: Option<crate::http::H2Counts>,
     /// Wall-clock times of the first byte each way, for the exporters' spans
     /// (the JSON carries the durations).
     #[serde(skip)]
@@ -238,6 +241,7 @@ impl ConnRecord {
             tls: None,
             gpu: None,
             dns: None,
+            http2: None,
             first_tx_unix_ns: (conn.first_tx_ns != 0).then(|| clock.to_unix_ns(conn.first_tx_ns)),
             first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),
             conn_key: conn.sk ^ conn.start_ns.rotate_left(32),

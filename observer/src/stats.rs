@@ -32,6 +32,10 @@ pub struct Stats {
     pub requests: AtomicU64,
     /// Answers seen without their request (per-process probes came between).
     pub http_orphans: AtomicU64,
+    /// HTTP/2 header blocks not decoded.
+    pub h2_undecodable: AtomicU64,
+    /// HTTP/2 frames lost track of.
+    pub h2_out_of_step: AtomicU64,
 }
 
 impl Stats {
@@ -115,6 +119,14 @@ pub struct HttpSummary {
     pub busy_connections: u64,
     /// Plain connections not copied: the kernel's table of them was full.
     pub insert_failed: u64,
+    /// HTTP/2 header blocks that could not be decoded (an earlier one was
+    /// not seen whole, so the peer's table is unknown): those streams'
+    /// fields are null.
+    pub h2_undecodable_headers: u64,
+    /// Times an HTTP/2 connection's frames were lost track of (a frame
+    /// header among a long call's bytes not copied), until a call starting
+    /// with a frame.
+    pub h2_out_of_step: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

@@ -258,6 +258,8 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
             answers_without_request: Stats::get(&stats.http_orphans),
             busy_connections: k(Counter::HttpBusy),
             insert_failed: k(Counter::HttpInsertFailed),
+            h2_undecodable_headers: Stats::get(&stats.h2_undecodable),
+            h2_out_of_step: Stats::get(&stats.h2_out_of_step),
         },
         open_records: Stats::get(&stats.open),
         filtered: Stats::get(&stats.filtered),

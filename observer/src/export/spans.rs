@@ -428,7 +428,10 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         s("http.request.method", method.clone()),
         s("server.address", server),
         i("server.port", i64::from(port)),
-        s("network.protocol.version", "1.1"),
+        s(
+            "network.protocol.version",
+            if r.stream_id.is_some() { "2" } else { "1.1" },
+        ),
         i("observer.request_bytes", r.request_bytes as i64),
         i("observer.response_bytes", r.response_bytes as i64),
     ];
@@ -443,6 +446,12 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
     }
     if let Some(n) = r.request_index {
         attrs.push(i("observer.request_index", i64::from(n)));
+    }
+    if let Some(id) = r.stream_id {
+        attrs.push(i("observer.http2.stream_id", i64::from(id)));
+    }
+    if let Some(code) = r.reset_code {
+        attrs.push(i("observer.http2.reset_code", i64::from(code)));
     }
     if let Some(st) = &r.stream {
         if let Some(n) = st.events {

@@ -14,6 +14,7 @@ use observer_common::{
 
 use super::{
     gen_ai::{self, carries_content, Call},
+    h2::{H2, PREFACE},
     head::{self, Framing, Head},
     scan::sse_events,
 };
@@ -32,13 +33,22 @@ pub struct Exchange {
     pub last_ns: u64,
     pub response_bytes: u64,
     /// Body bytes of the answer seen so far (None: its head's end was not seen).
-    body_bytes: Option<u64>,
+    pub(super) body_bytes: Option<u64>,
     pub complete: bool,
     pub stream: Option<Stream>,
     /// (provider, operation) for an LLM API call.
     pub api: Option<(&'static str, &'static str)>,
     pub call: Call,
     pub first_content_ns: u64,
+    /// HTTP/2: the stream's id.
+    pub stream_id: Option<u32>,
+    /// HTTP/2: a header block of the stream could not be decoded (its
+    /// fields are then null, not guessed).
+    pub headers_undecodable: bool,
+    /// HTTP/2: "reset_stream" or "goaway" when either ended the stream.
+    pub error: Option<&'static str>,
+    /// HTTP/2: the RST_STREAM's error code.
+    pub reset_code: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,10 +78,12 @@ pub struct Conversation {
     current: Option<Exchange>,
     /// Answers seen without their request (the probes came in between).
     pub orphans: u64,
+    /// From the client's preface on: an HTTP/2 connection.
+    pub h2: Option<Box<H2>>,
 }
 
 /// The contiguous pieces of a call's bytes that were copied.
-fn pieces(ev: &PlaintextEvent) -> (&[u8], Option<&[u8]>) {
+pub(super) fn pieces(ev: &PlaintextEvent) -> (&[u8], Option<&[u8]>) {
     let len = ev.len as usize;
     if len <= DATA_CAPTURE {
         (&ev.data[..len], None)
@@ -80,13 +92,40 @@ fn pieces(ev: &PlaintextEvent) -> (&[u8], Option<&[u8]>) {
     }
 }
 
+/// An HTTP/2 connection's first bytes in one direction: the client's
+/// preface, or the server's SETTINGS frame (which a server may send before
+/// it reads the preface).
+fn starts_h2(b: &[u8], request_dir: bool) -> bool {
+    if request_dir {
+        b.starts_with(&PREFACE[..14])
+    } else {
+        // Length (a multiple of 6), type 4, flags 0, stream 0.
+        b.len() >= 9
+            && b[3] == 4
+            && b[4] == 0
+            && b[5..9] == [0; 4]
+            && (usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2])) % 6 == 0
+    }
+}
+
 impl Conversation {
     /// Takes one call's bytes; returns the exchanges it completed.
     pub fn feed(&mut self, ev: &PlaintextEvent, outbound: bool) -> Vec<Exchange> {
         let wrote = ev.op == op::WRITE;
         let mut done = Vec::new();
-        self.from_start
+        let from_start = *self
+            .from_start
             .get_or_insert(ev.flags & DATA_FROM_START != 0);
+        if self.h2.is_none()
+            && self.requests == 0
+            && self.current.is_none()
+            && starts_h2(pieces(ev).0, wrote == outbound)
+        {
+            self.h2 = Some(Box::new(H2::new(from_start)));
+        }
+        if let Some(h2) = &mut self.h2 {
+            return h2.feed(ev, outbound);
+        }
         if wrote == outbound {
             self.request_bytes(ev, outbound, &mut done);
         } else {
@@ -95,11 +134,16 @@ impl Conversation {
         done
     }
 
-    /// The connection closed: an exchange in flight ends.
-    pub fn close(&mut self) -> Option<(Exchange, Option<Cut>)> {
-        let x = self.current.take()?;
-        let cut = (!x.complete).then_some(Cut::Closed);
-        Some((x, cut))
+    /// The connection closed: the exchanges in flight end.
+    pub fn close(&mut self) -> Vec<(Exchange, Option<Cut>)> {
+        let mut open = self.h2.as_mut().map(|h2| h2.close()).unwrap_or_default();
+        open.extend(self.current.take());
+        open.into_iter()
+            .map(|x| {
+                let cut = (!x.complete).then_some(Cut::Closed);
+                (x, cut)
+            })
+            .collect()
     }
 
     fn request_bytes(&mut self, ev: &PlaintextEvent, outbound: bool, done: &mut Vec<Exchange>) {
@@ -337,7 +381,7 @@ mod tests {
             ),
             false,
         );
-        let (x, cut) = c.close().expect("present");
+        let (x, cut) = c.close().pop().expect("present");
         assert_eq!((x.index, cut), (Some(3), Some(Cut::Closed)));
     }
 
@@ -359,6 +403,6 @@ mod tests {
             true,
         );
         assert_eq!(c.orphans, 1);
-        assert!(c.close().is_none());
+        assert!(c.close().is_empty());
     }
 }

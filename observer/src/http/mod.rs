@@ -8,10 +8,16 @@
 
 mod conversation;
 mod gen_ai;
+mod h2;
 mod head;
 mod record;
 pub mod route;
 mod scan;
 
 pub use conversation::Conversation;
+pub use h2::H2Counts;
 pub use record::{GenAi, RequestRecord, StreamStats};
+
+/// Payload bytes of an HTTP/2 DATA frame kept for the event and API
+/// scanners: a call copies no more.
+const DATA_KEEP: usize = observer_common::http::DATA_CAPTURE;

@@ -49,7 +49,16 @@ pub struct RequestRecord {
     pub local_port: u16,
     pub remote_addr: IpAddr,
     pub remote_port: u16,
+    /// "http/1.1" or "h2".
     pub protocol: &'static str,
+    /// HTTP/2: the stream's id (null for HTTP/1.x).
+    pub stream_id: Option<u32>,
+    /// HTTP/2: a header block of this stream could not be decoded (an
+    /// earlier one was not seen whole, so the peer's HPACK table is unknown):
+    /// method, path, host, status and content type are then null.
+    pub headers_undecodable: bool,
+    /// HTTP/2: the error code of the RST_STREAM that ended the stream.
+    pub reset_code: Option<u32>,
     /// 1 for the connection's first request; null when the probes came in
     /// after its start (earlier requests were not seen).
     pub request_index: Option<u32>,
@@ -71,7 +80,8 @@ pub struct RequestRecord {
     pub gen_ai: Option<GenAi>,
     pub gpu: Option<crate::gpu::GpuRecord>,
     /// null, "incomplete" (the connection closed before the answer ended),
-    /// "reset", or "no response".
+    /// "reset", "no response", or for HTTP/2 "reset_stream" (RST_STREAM)
+    /// and "goaway" (the peer's GOAWAY left the stream unprocessed).
     pub error: Option<&'static str>,
     /// The connection's identity (see [`ConnRecord::conn_key`]): its first
     /// request's trace is the one later requests link to.
@@ -100,6 +110,7 @@ impl RequestRecord {
         let resp = x.response.as_ref();
         let end_ns = x.last_ns.max(x.start_ns);
         let error = match (cut, resp) {
+            _ if x.error.is_some() => x.error,
             (None, _) => None,
             (Some(_), None) => Some("no response"),
             (Some(_), Some(_)) if conn.resets > 0 => Some("reset"),
@@ -140,7 +151,14 @@ impl RequestRecord {
             local_port: conn.local_port,
             remote_addr: conn.remote_addr,
             remote_port: conn.remote_port,
-            protocol: "http/1.1",
+            protocol: if x.stream_id.is_some() {
+                "h2"
+            } else {
+                "http/1.1"
+            },
+            stream_id: x.stream_id,
+            headers_undecodable: x.headers_undecodable,
+            reset_code: x.reset_code,
             request_index: x.index,
             method: req.and_then(|h| h.method.clone()),
             path,

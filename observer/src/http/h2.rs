@@ -1,0 +1,985 @@
+//! HTTP/2 connections (ALPN h2 over TLS, and h2c with prior knowledge): the
+//! frames of each direction rebuilt from the plaintext calls, header blocks
+//! decoded through HPACK (loona-hpack, one decoder per direction, as each
+//! peer's encoder keeps its own table), one [`Exchange`] per stream.
+//!
+//! Calls longer than `DATA_CAPTURE` arrive as their first and last halves;
+//! frame lengths carry the reader across the uncopied middle when it lies
+//! inside one frame's payload. When a frame header falls in it, the reader
+//! is out of step until a later call starts with a plausible frame header,
+//! and a header block that was not seen whole leaves that direction's HPACK
+//! table unknown: later header blocks are marked undecodable, never guessed.
+
+use std::collections::BTreeMap;
+
+use observer_common::{http::PlaintextEvent, tls::op};
+
+use super::{
+    conversation::{pieces, Exchange, Stream},
+    gen_ai::{self, carries_content},
+    head::{Framing, Head},
+    scan::sse_events,
+};
+
+/// The client's connection preface.
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+const WINDOW_UPDATE: u8 = 8;
+const CONTINUATION: u8 = 9;
+
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+/// A header block longer than this is not decoded (the table is then
+/// unknown): real ones are a few hundred bytes.
+const MAX_BLOCK: usize = 64 * 1024;
+/// The dynamic table size a peer may ask for that we follow.
+const MAX_TABLE: usize = 64 * 1024;
+/// Payload bytes of the frames whose content is read (RST_STREAM, GOAWAY's
+/// first 8, DATA's for the API scanner) kept per frame.
+const KEEP_SMALL: usize = 8;
+
+/// What the reader gives for one frame.
+#[derive(Debug, PartialEq, Eq)]
+enum Item<'a> {
+    Start {
+        kind: u8,
+        flags: u8,
+        stream: u32,
+        len: usize,
+    },
+    Payload(&'a [u8]),
+    /// Payload bytes that were not copied.
+    Unseen(usize),
+    End,
+    /// A frame header fell where nothing was copied: out of step from here.
+    Lost,
+}
+
+/// One direction's frames.
+struct Reader {
+    /// Bytes of a frame header split across calls.
+    header: Vec<u8>,
+    /// Payload bytes left in the current frame (None: between frames).
+    left: Option<usize>,
+    /// A frame header fell where nothing was copied.
+    lost: bool,
+    /// Preface bytes still to skip (the client's direction).
+    preface: usize,
+}
+
+impl Reader {
+    fn new(preface: usize) -> Self {
+        Reader {
+            header: Vec::with_capacity(9),
+            left: None,
+            lost: false,
+            preface,
+        }
+    }
+
+    /// Visible bytes, in order.
+    fn bytes<'a>(&mut self, mut b: &'a [u8], out: &mut Vec<Item<'a>>) {
+        while !b.is_empty() && !self.lost {
+            if self.preface > 0 {
+                let n = self.preface.min(b.len());
+                let at = PREFACE.len() - self.preface;
+                if b[..n] != PREFACE[at..at + n] {
+                    // Not HTTP/2 after all (a server's first bytes only
+                    // looked like SETTINGS): nothing more is read.
+                    self.preface = 0;
+                    self.lose(out);
+                    return;
+                }
+                self.preface -= n;
+                b = &b[n..];
+                continue;
+            }
+            match self.left {
+                None => {
+                    let n = (9 - self.header.len()).min(b.len());
+                    self.header.extend_from_slice(&b[..n]);
+                    b = &b[n..];
+                    if self.header.len() == 9 {
+                        let h = &self.header;
+                        let len =
+                            usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                        let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                        out.push(Item::Start {
+                            kind: h[3],
+                            flags: h[4],
+                            stream,
+                            len,
+                        });
+                        self.header.clear();
+                        self.end_or(len, out);
+                    }
+                }
+                Some(left) => {
+                    let n = left.min(b.len());
+                    out.push(Item::Payload(&b[..n]));
+                    b = &b[n..];
+                    self.end_or(left - n, out);
+                }
+            }
+        }
+    }
+
+    fn end_or(&mut self, left: usize, out: &mut Vec<Item<'_>>) {
+        if left == 0 {
+            out.push(Item::End);
+            self.left = None;
+        } else {
+            self.left = Some(left);
+        }
+    }
+
+    /// `n` bytes that were not copied.
+    fn unseen(&mut self, n: usize, out: &mut Vec<Item<'_>>) {
+        if n == 0 || self.lost {
+            return;
+        }
+        match self.left {
+            Some(left) if left >= n && self.preface == 0 => {
+                out.push(Item::Unseen(n));
+                self.end_or(left - n, out);
+            }
+            _ => self.lose(out),
+        }
+    }
+
+    fn lose(&mut self, out: &mut Vec<Item<'_>>) {
+        if let Some(left) = self.left {
+            out.push(Item::Unseen(left));
+            out.push(Item::End);
+        }
+        out.push(Item::Lost);
+        self.lost = true;
+        self.left = None;
+        self.header.clear();
+    }
+
+    /// At a call's start, out of step: is this a frame header we can trust
+    /// enough to count bytes and time streams from again?
+    fn resync(&mut self, b: &[u8]) {
+        if !self.lost || b.len() < 9 {
+            return;
+        }
+        let len = usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2]);
+        let stream = u32::from_be_bytes([b[5], b[6], b[7], b[8]]);
+        let on_stream = stream != 0 && stream & 0x8000_0000 == 0;
+        let plausible = len <= 16_384
+            && match b[3] {
+                DATA | HEADERS => on_stream,
+                RST_STREAM => on_stream && len == 4,
+                SETTINGS => stream == 0 && len % 6 == 0 && b[4] & !1 == 0,
+                PING => stream == 0 && len == 8 && b[4] & !1 == 0,
+                GOAWAY => stream == 0 && len >= 8,
+                WINDOW_UPDATE => stream & 0x8000_0000 == 0 && len == 4,
+                _ => false,
+            };
+        if plausible {
+            self.lost = false;
+        }
+    }
+}
+
+/// A frame being read: what its payload is kept for.
+#[derive(Default)]
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    len: usize,
+    /// Header block bytes (HEADERS, CONTINUATION) or the first few of others.
+    kept: Vec<u8>,
+    whole: bool,
+}
+
+/// One direction: its frames and its peer's HPACK table.
+struct Direction {
+    reader: Reader,
+    hpack: loona_hpack::Decoder<'static>,
+    /// A header block was missed: the table is unknown from there on.
+    table_unknown: bool,
+    frame: Option<Frame>,
+    /// A header block in progress (HEADERS without END_HEADERS so far).
+    block: Option<(u32, u8, Vec<u8>, bool)>,
+}
+
+impl Direction {
+    fn new(preface: usize) -> Self {
+        let mut hpack = loona_hpack::Decoder::new();
+        hpack.set_max_allowed_table_size(MAX_TABLE);
+        Direction {
+            reader: Reader::new(preface),
+            hpack,
+            table_unknown: false,
+            frame: None,
+            block: None,
+        }
+    }
+}
+
+/// Headers of one block, decoded (None: undecodable).
+type Fields = Option<Vec<(Vec<u8>, Vec<u8>)>>;
+
+/// A whole frame, as the conversation uses it.
+struct Whole {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    len: usize,
+    kept: Vec<u8>,
+    /// All of the payload was seen.
+    whole: bool,
+    /// For HEADERS (with its CONTINUATIONs): the fields.
+    fields: Fields,
+}
+
+/// One HTTP/2 connection's streams.
+pub struct H2 {
+    /// [request direction (client -> server), answer direction].
+    dirs: [Direction; 2],
+    streams: BTreeMap<u32, Exchange>,
+    from_start: bool,
+    requests: u32,
+    /// GOAWAY frames seen, either way.
+    pub goaways: u32,
+    /// RST_STREAM frames seen, either way.
+    pub resets: u32,
+    /// Header blocks that could not be decoded.
+    pub undecodable: u64,
+    /// Times a direction's reader lost its place (a frame header not copied).
+    pub lost: u64,
+}
+
+/// What one HTTP/2 connection's frames showed, on its connection record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct H2Counts {
+    /// Streams begun (request HEADERS seen).
+    pub streams: u32,
+    /// RST_STREAM frames, either way.
+    pub resets: u32,
+    /// GOAWAY frames, either way.
+    pub goaways: u32,
+    /// Header blocks that could not be decoded.
+    pub undecodable_headers: u64,
+    /// Times a direction's frames were lost track of (a frame header among
+    /// the bytes not copied).
+    pub out_of_step: u64,
+}
+
+impl std::fmt::Debug for H2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2")
+            .field("streams", &self.streams.keys().collect::<Vec<_>>())
+            .field("requests", &self.requests)
+            .field("lost", &self.lost)
+            .field("undecodable", &self.undecodable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl H2 {
+    /// From the first call of either direction: the client's preface, or a
+    /// server's SETTINGS frame written before it read the preface.
+    pub fn new(from_start: bool) -> Self {
+        H2 {
+            dirs: [Direction::new(PREFACE.len()), Direction::new(0)],
+            streams: BTreeMap::new(),
+            from_start,
+            requests: 0,
+            goaways: 0,
+            resets: 0,
+            undecodable: 0,
+            lost: 0,
+        }
+    }
+
+    /// Takes one call's bytes; returns the streams it ended.
+    pub fn feed(&mut self, ev: &PlaintextEvent, outbound: bool) -> Vec<Exchange> {
+        let wrote = ev.op == op::WRITE;
+        let request_dir = wrote == outbound;
+        let d = usize::from(!request_dir);
+        // A client's request starts at its write's entry and its answer at
+        // its read's return; a server's the other way round.
+        let t = match (request_dir, outbound) {
+            (true, true) | (false, false) => ev.entry_ns,
+            _ => ev.ret_ns,
+        };
+        let (first, second) = pieces(ev);
+        let seen = first.len() + second.map_or(0, <[u8]>::len);
+        let mut items = Vec::new();
+        let dir = &mut self.dirs[d];
+        let was_lost = dir.reader.lost;
+        dir.reader.resync(first);
+        dir.reader.bytes(first, &mut items);
+        dir.reader
+            .unseen(ev.len as usize - seen.min(ev.len as usize), &mut items);
+        if let Some(s) = second {
+            dir.reader.bytes(s, &mut items);
+        }
+        if dir.reader.lost && !was_lost {
+            self.lost += 1;
+        }
+        let frames = self.frames(d, items);
+        let mut done = Vec::new();
+        for f in frames {
+            self.apply(request_dir, t, ev.ret_ns, f, &mut done);
+        }
+        done
+    }
+
+    /// Items to whole frames, header blocks decoded.
+    fn frames(&mut self, d: usize, items: Vec<Item<'_>>) -> Vec<Whole> {
+        let dir = &mut self.dirs[d];
+        let mut out = Vec::new();
+        for item in items {
+            match item {
+                Item::Start {
+                    kind,
+                    flags,
+                    stream,
+                    len,
+                } => {
+                    dir.frame = Some(Frame {
+                        kind,
+                        flags,
+                        stream,
+                        len,
+                        kept: Vec::new(),
+                        whole: true,
+                    });
+                }
+                Item::Payload(b) => {
+                    if let Some(f) = &mut dir.frame {
+                        let room = match f.kind {
+                            HEADERS | CONTINUATION => MAX_BLOCK,
+                            DATA => super::DATA_KEEP,
+                            _ => KEEP_SMALL,
+                        };
+                        let n = room.saturating_sub(f.kept.len()).min(b.len());
+                        f.kept.extend_from_slice(&b[..n]);
+                        if matches!(f.kind, HEADERS | CONTINUATION) && n < b.len() {
+                            f.whole = false;
+                        }
+                    }
+                }
+                Item::Unseen(_) => {
+                    if let Some(f) = &mut dir.frame {
+                        f.whole = false;
+                    }
+                }
+                Item::Lost => {
+                    // Header blocks among the uncopied bytes moved the table.
+                    dir.table_unknown = true;
+                    dir.block = None;
+                }
+                Item::End => {
+                    let Some(f) = dir.frame.take() else { continue };
+                    if let Some(w) = Self::block(dir, f, &mut self.undecodable) {
+                        out.push(w);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Header blocks across HEADERS and CONTINUATION, decoded in order so the
+    /// table stays in step; other frames pass.
+    fn block(dir: &mut Direction, f: Frame, undecodable: &mut u64) -> Option<Whole> {
+        match f.kind {
+            HEADERS => {
+                let mut b: &[u8] = &f.kept;
+                let mut pad = 0;
+                if f.flags & PADDED != 0 {
+                    pad = usize::from(*b.first()?);
+                    b = &b[1..];
+                }
+                if f.flags & PRIORITY != 0 {
+                    b = b.get(5..).unwrap_or(&[]);
+                }
+                let b = &b[..b.len().saturating_sub(pad)];
+                dir.block = Some((f.stream, f.flags, b.to_vec(), f.whole));
+            }
+            CONTINUATION => {
+                if let Some((_, _, block, whole)) = &mut dir.block {
+                    block.extend_from_slice(&f.kept);
+                    *whole &= f.whole;
+                }
+            }
+            _ => {
+                let mut kept = f.kept;
+                if f.kind == DATA && f.flags & PADDED != 0 && !kept.is_empty() {
+                    // The pad length byte; the padding itself is not events.
+                    let pad = usize::from(kept.remove(0));
+                    if f.whole {
+                        kept.truncate(kept.len().saturating_sub(pad));
+                    }
+                }
+                return Some(Whole {
+                    kind: f.kind,
+                    flags: f.flags,
+                    stream: f.stream,
+                    len: f.len,
+                    kept,
+                    whole: f.whole,
+                    fields: None,
+                });
+            }
+        };
+        if f.flags & END_HEADERS == 0 {
+            return None;
+        }
+        let (stream, flags, block, whole) = dir.block.take()?;
+        if !whole {
+            dir.table_unknown = true;
+        }
+        let fields = if dir.table_unknown {
+            None
+        } else {
+            match dir.hpack.decode(&block) {
+                Ok(fields) => Some(fields),
+                Err(_) => {
+                    dir.table_unknown = true;
+                    None
+                }
+            }
+        };
+        if fields.is_none() {
+            *undecodable += 1;
+        }
+        Some(Whole {
+            kind: HEADERS,
+            flags,
+            stream,
+            len: f.len,
+            kept: Vec::new(),
+            whole,
+            fields,
+        })
+    }
+
+    fn apply(&mut self, request_dir: bool, t: u64, end_t: u64, f: Whole, done: &mut Vec<Exchange>) {
+        let frame_bytes = (f.len + 9) as u64;
+        match f.kind {
+            GOAWAY => {
+                self.goaways += 1;
+                let last = f.kept.get(..4).map_or(u32::MAX, |b| {
+                    u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff
+                });
+                // Streams above the last one the sender processed never will
+                // be: they end here. A server's GOAWAY names client streams,
+                // whose ids are odd.
+                let gone: Vec<u32> = self
+                    .streams
+                    .range(last.saturating_add(1)..)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for id in gone {
+                    if let Some(mut x) = self.streams.remove(&id) {
+                        x.error = Some("goaway");
+                        x.last_ns = x.last_ns.max(end_t);
+                        done.push(x);
+                    }
+                }
+                return;
+            }
+            RST_STREAM => {
+                self.resets += 1;
+                if let Some(mut x) = self.streams.remove(&f.stream) {
+                    x.error = Some("reset_stream");
+                    x.reset_code = f
+                        .kept
+                        .get(..4)
+                        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    x.last_ns = x.last_ns.max(end_t);
+                    done.push(x);
+                }
+                return;
+            }
+            DATA | HEADERS => {}
+            _ => return,
+        }
+        if f.stream == 0 {
+            return;
+        }
+        if request_dir && f.kind == HEADERS && !self.streams.contains_key(&f.stream) {
+            self.requests += 1;
+            let head = f.fields.as_ref().map(|fields| request_head(fields));
+            let api = head
+                .as_ref()
+                .and_then(|h| h.path.as_deref())
+                .and_then(gen_ai::api);
+            self.streams.insert(
+                f.stream,
+                Exchange {
+                    index: self.from_start.then_some(self.requests),
+                    stream_id: Some(f.stream),
+                    headers_undecodable: f.fields.is_none(),
+                    request: head,
+                    start_ns: t,
+                    last_ns: end_t,
+                    request_bytes: frame_bytes,
+                    api,
+                    ..Exchange::default()
+                },
+            );
+            return;
+        }
+        let Some(x) = self.streams.get_mut(&f.stream) else {
+            return;
+        };
+        if request_dir {
+            x.request_bytes += frame_bytes;
+            if f.kind == DATA && x.api.is_some() {
+                x.call.request_piece(&f.kept);
+            }
+            return;
+        }
+        x.response_bytes += frame_bytes;
+        x.last_ns = end_t;
+        if f.kind == HEADERS {
+            if f.fields.is_none() {
+                x.headers_undecodable = true;
+            }
+            if x.response.is_none() {
+                let h = f.fields.as_ref().map(|fields| response_head(fields));
+                let interim = h
+                    .as_ref()
+                    .and_then(|h| h.status)
+                    .is_some_and(|s| (100..200).contains(&s));
+                if !interim {
+                    x.first_byte_ns = t;
+                    if h.as_ref().and_then(|h| h.content_type.as_deref())
+                        == Some("text/event-stream")
+                    {
+                        x.stream = Some(Stream {
+                            events: Some(0),
+                            ..Stream::default()
+                        });
+                    }
+                    x.response = h.or(Some(unknown_head()));
+                }
+            }
+        } else {
+            if x.response.is_none() {
+                // Its head was among bytes not seen: an answer, with no
+                // first byte or fields to give.
+                x.headers_undecodable = true;
+                x.response = Some(unknown_head());
+            }
+            let body = &f.kept;
+            if let Some(s) = &mut x.stream {
+                match (s.events, f.whole && f.len <= super::DATA_KEEP) {
+                    (Some(n), true) => {
+                        let k = sse_events(body);
+                        if k > 0 {
+                            if s.first_ns == 0 {
+                                s.first_ns = t;
+                            } else {
+                                let gap = t.saturating_sub(s.last_ns);
+                                s.gap_sum_ns += gap;
+                                s.gap_max_ns = s.gap_max_ns.max(gap);
+                                s.gaps += 1;
+                            }
+                            s.gaps += k - 1;
+                            s.last_ns = t;
+                            s.events = Some(n + k);
+                        }
+                    }
+                    _ => s.events = None,
+                }
+            }
+            if x.api.is_some() {
+                x.call.response_piece(body);
+                if x.first_content_ns == 0 && carries_content(body) {
+                    x.first_content_ns = t;
+                }
+            }
+        }
+        if f.flags & END_STREAM != 0 && x.response.is_some() {
+            x.complete = true;
+            if let Some(x) = self.streams.remove(&f.stream) {
+                done.push(x);
+            }
+        }
+    }
+
+    pub fn counts(&self) -> H2Counts {
+        H2Counts {
+            streams: self.requests,
+            resets: self.resets,
+            goaways: self.goaways,
+            undecodable_headers: self.undecodable,
+            out_of_step: self.lost,
+        }
+    }
+
+    /// The connection closed: streams in flight end.
+    pub fn close(&mut self) -> Vec<Exchange> {
+        std::mem::take(&mut self.streams).into_values().collect()
+    }
+}
+
+fn text(v: &[u8]) -> Option<String> {
+    std::str::from_utf8(v).ok().map(str::to_owned)
+}
+
+fn field<'a>(fields: &'a [(Vec<u8>, Vec<u8>)], name: &[u8]) -> Option<&'a [u8]> {
+    fields
+        .iter()
+        .find(|(k, _)| k.as_slice() == name)
+        .map(|(_, v)| v.as_slice())
+}
+
+fn unknown_head() -> Head {
+    Head {
+        method: None,
+        status: None,
+        path: None,
+        query: None,
+        host: None,
+        content_type: None,
+        framing: Framing::Close,
+        len: None,
+    }
+}
+
+fn request_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
+    let target = field(fields, b":path").and_then(text);
+    let (path, query) = match target {
+        Some(t) => match t.split_once('?') {
+            Some((p, q)) => (Some(p.to_owned()), Some(q.to_owned())),
+            None => (Some(t), None),
+        },
+        None => (None, None),
+    };
+    Head {
+        method: field(fields, b":method").and_then(text),
+        path,
+        query,
+        host: field(fields, b":authority")
+            .or_else(|| field(fields, b"host"))
+            .and_then(text),
+        content_type: field(fields, b"content-type").and_then(text),
+        ..unknown_head()
+    }
+}
+
+fn response_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
+    Head {
+        status: field(fields, b":status").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()),
+        content_type: field(fields, b"content-type").and_then(text),
+        ..unknown_head()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::{http::DATA_FROM_START, Conn};
+
+    use super::*;
+    use crate::http::Conversation;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut f = len.to_be_bytes()[1..].to_vec();
+        f.extend([kind, flags]);
+        f.extend(stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn call(op: u8, t: u64, bytes: &[u8]) -> PlaintextEvent {
+        PlaintextEvent::of_call(Conn::default(), op, t, bytes, DATA_FROM_START)
+    }
+
+    struct Peer(loona_hpack::Encoder<'static>);
+
+    impl Peer {
+        fn new() -> Self {
+            Peer(loona_hpack::Encoder::new())
+        }
+        fn headers(&mut self, stream: u32, flags: u8, fields: &[(&str, &str)]) -> Vec<u8> {
+            let block = self
+                .0
+                .encode(fields.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
+            frame(HEADERS, flags | END_HEADERS, stream, &block)
+        }
+    }
+
+    fn get(path: &str) -> Vec<(&'static str, String)> {
+        vec![
+            (":method", "GET".into()),
+            (":scheme", "https".into()),
+            (":authority", "example.test".into()),
+            (":path", path.into()),
+        ]
+    }
+
+    fn fields<'a>(v: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+        v.iter().map(|(k, x)| (*k, x.as_str())).collect()
+    }
+
+    /// A client (outbound) with two streams on one connection: one answered,
+    /// one reset by the server; each its own exchange with its own times.
+    #[test]
+    fn two_streams_from_the_client_and_a_reset() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let mut out = PREFACE.to_vec();
+        out.extend(frame(SETTINGS, 0, 0, &[]));
+        let asked = req.headers(1, END_STREAM, &fields(&get("/a?x=1")));
+        out.extend(&asked);
+        assert!(c.feed(&call(op::WRITE, 1_000, &out), true).is_empty());
+        let out = req.headers(3, END_STREAM, &fields(&get("/b")));
+        assert!(c.feed(&call(op::WRITE, 2_000, &out), true).is_empty());
+        let mut back = frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 100]);
+        let head = resp.headers(
+            1,
+            0,
+            &[
+                (":status", "200"),
+                ("content-type", "text/plain; charset=utf-8"),
+            ],
+        );
+        back.extend(&head);
+        assert!(c.feed(&call(op::READ, 250_000, &back), true).is_empty());
+        let mut back = frame(DATA, END_STREAM, 1, b"hello");
+        back.extend(frame(RST_STREAM, 0, 3, &8u32.to_be_bytes()));
+        let done = c.feed(&call(op::READ, 300_000, &back), true);
+        assert_eq!(done.len(), 2);
+        let a = &done[0];
+        assert_eq!((a.stream_id, a.index), (Some(1), Some(1)));
+        let h = a.request.as_ref().expect("decoded");
+        assert_eq!(h.method.as_deref(), Some("GET"));
+        assert_eq!(h.path.as_deref(), Some("/a"));
+        assert_eq!(h.query.as_deref(), Some("x=1"));
+        assert_eq!(h.host.as_deref(), Some("example.test"));
+        let r = a.response.as_ref().expect("decoded");
+        assert_eq!(r.status, Some(200));
+        assert_eq!(r.content_type.as_deref(), Some("text/plain; charset=utf-8"));
+        assert_eq!(a.start_ns, 1_000);
+        assert_eq!(a.first_byte_ns, 250_010);
+        assert_eq!(a.last_ns, 300_010);
+        assert!(a.complete);
+        assert_eq!(a.request_bytes, asked.len() as u64);
+        assert_eq!(a.response_bytes, (head.len() + 9 + 5) as u64);
+        let b = &done[1];
+        assert_eq!((b.stream_id, b.index), (Some(3), Some(2)));
+        assert_eq!(
+            b.request.as_ref().and_then(|h| h.path.as_deref()),
+            Some("/b")
+        );
+        assert_eq!((b.error, b.reset_code), (Some("reset_stream"), Some(8)));
+        assert!(!b.complete);
+        assert_eq!(c.h2.as_ref().map(|h| h.resets), Some(1));
+    }
+
+    /// A server (inbound) streaming a chat completion as server-sent events
+    /// over HTTP/2: times from its own calls, the API's fields from the
+    /// request body and the events.
+    #[test]
+    fn a_streamed_chat_completion_on_the_server() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let body = br#"{"model":"tiny","stream":true,"messages":[]}"#;
+        let mut got = PREFACE.to_vec();
+        got.extend(req.headers(
+            1,
+            0,
+            &[
+                (":method", "POST"),
+                (":scheme", "https"),
+                (":authority", "llm"),
+                (":path", "/v1/chat/completions"),
+                ("content-type", "application/json"),
+            ],
+        ));
+        got.extend(frame(DATA, END_STREAM, 1, body));
+        assert!(c.feed(&call(op::READ, 1_000, &got), false).is_empty());
+        let head = resp.headers(
+            1,
+            0,
+            &[(":status", "200"), ("content-type", "text/event-stream")],
+        );
+        c.feed(&call(op::WRITE, 300_000, &head), false);
+        for i in 0..3u64 {
+            let ev = format!("data: {{\"model\":\"tiny-v2\",\"choices\":[{{\"delta\":{{\"content\":\"w{i}\"}}}}]}}\n\n");
+            c.feed(
+                &call(
+                    op::WRITE,
+                    340_000 + i * 40_000,
+                    &frame(DATA, 0, 1, ev.as_bytes()),
+                ),
+                false,
+            );
+        }
+        let last = frame(
+            DATA,
+            END_STREAM,
+            1,
+            b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
+        );
+        let done = c.feed(&call(op::WRITE, 500_000, &last), false);
+        assert_eq!(done.len(), 1);
+        let x = &done[0];
+        // A server's request starts when its read returns, its answer at
+        // its write's entry.
+        assert_eq!((x.start_ns, x.first_byte_ns), (1_010, 300_000));
+        assert_eq!(x.api, Some(("openai", "chat")));
+        assert_eq!(x.call.request_model.as_deref(), Some("tiny"));
+        assert_eq!(x.call.response_model.as_deref(), Some("tiny-v2"));
+        assert_eq!(
+            (x.call.input_tokens, x.call.output_tokens),
+            (Some(5), Some(3))
+        );
+        assert_eq!(x.first_content_ns, 340_000);
+        let s = x.stream.as_ref().expect("an event stream");
+        assert_eq!(s.events, Some(5));
+        assert_eq!((s.first_ns, s.gap_max_ns), (340_000, 80_000));
+        assert_eq!(x.request_bytes, (got.len() - PREFACE.len()) as u64);
+    }
+
+    /// A read longer than what is copied: frame lengths carry the reader
+    /// across the middle when it falls inside one frame's payload.
+    #[test]
+    fn the_uncopied_middle_of_a_large_data_frame_is_skipped_in_step() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let mut out = PREFACE.to_vec();
+        out.extend(req.headers(1, END_STREAM, &fields(&get("/big"))));
+        out.extend(req.headers(3, END_STREAM, &fields(&get("/small"))));
+        c.feed(&call(op::WRITE, 1_000, &out), true);
+        let mut back = resp.headers(1, 0, &[(":status", "200")]);
+        back.extend(frame(DATA, 0, 1, &[7u8; 3000]));
+        back.extend(frame(DATA, END_STREAM, 1, b"end"));
+        back.extend(resp.headers(3, END_STREAM, &[(":status", "404")]));
+        assert!(back.len() > observer_common::http::DATA_CAPTURE);
+        let done = c.feed(&call(op::READ, 9_000, &back), true);
+        let ids: Vec<_> = done
+            .iter()
+            .map(|x| (x.stream_id, x.response.as_ref().and_then(|h| h.status)))
+            .collect();
+        assert_eq!(ids, [(Some(1), Some(200)), (Some(3), Some(404))]);
+        assert!(done.iter().all(|x| x.complete && !x.headers_undecodable));
+        assert_eq!(c.h2.as_ref().map(|h| (h.lost, h.undecodable)), Some((0, 0)));
+    }
+
+    /// A frame header in the uncopied middle: the reader is out of step until
+    /// a call starts with a frame, and from there the answer's header blocks
+    /// are undecodable (the table moved unseen), never guessed.
+    #[test]
+    fn lost_frames_leave_later_headers_undecodable() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let mut out = PREFACE.to_vec();
+        for id in [1, 3, 5] {
+            out.extend(req.headers(id, END_STREAM, &fields(&get(&format!("/s{id}")))));
+        }
+        c.feed(&call(op::WRITE, 1_000, &out), true);
+        let mut back = resp.headers(1, 0, &[(":status", "200")]);
+        for _ in 0..60 {
+            back.extend(frame(DATA, 0, 1, &[1u8; 10]));
+        }
+        back.extend(resp.headers(3, 0, &[(":status", "201"), ("x-new", "indexed")]));
+        for _ in 0..60 {
+            back.extend(frame(DATA, 0, 1, &[1u8; 10]));
+        }
+        assert!(c.feed(&call(op::READ, 9_000, &back), true).is_empty());
+        let mut rest = frame(DATA, END_STREAM, 1, b"a");
+        rest.extend(frame(DATA, END_STREAM, 3, b"b"));
+        rest.extend(resp.headers(5, END_STREAM, &[(":status", "202"), ("x-new", "indexed")]));
+        let done = c.feed(&call(op::READ, 10_000, &rest), true);
+        let h2 = c.h2.as_ref().expect("h2");
+        assert_eq!((h2.lost, h2.undecodable), (1, 1));
+        let got: Vec<_> = done
+            .iter()
+            .map(|x| {
+                (
+                    x.stream_id,
+                    x.response.as_ref().and_then(|h| h.status),
+                    x.headers_undecodable,
+                    x.first_byte_ns,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(1), Some(200), false, 9_010),
+                (Some(3), None, true, 0),
+                (Some(5), None, true, 10_010),
+            ]
+        );
+    }
+
+    /// GOAWAY ends the streams above the last one the sender processed.
+    #[test]
+    fn goaway_ends_the_streams_it_refused() {
+        let mut c = Conversation::default();
+        let mut req = Peer::new();
+        let mut out = PREFACE.to_vec();
+        for id in [1, 3] {
+            out.extend(req.headers(id, END_STREAM, &fields(&get("/"))));
+        }
+        c.feed(&call(op::WRITE, 1_000, &out), true);
+        let mut away = 1u32.to_be_bytes().to_vec();
+        away.extend(0u32.to_be_bytes());
+        let done = c.feed(&call(op::READ, 5_000, &frame(GOAWAY, 0, 0, &away)), true);
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (done[0].stream_id, done[0].error),
+            (Some(3), Some("goaway"))
+        );
+        let left = c.close();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].0.stream_id, Some(1));
+        assert!(left[0].1.is_some());
+    }
+
+    /// nginx writes its SETTINGS as soon as the handshake is done, before it
+    /// reads the client's preface: the server's streams are still timed.
+    #[test]
+    fn a_server_that_speaks_first() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let settings = frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 128]);
+        assert!(c.feed(&call(op::WRITE, 500, &settings), false).is_empty());
+        let mut got = PREFACE.to_vec();
+        got.extend(frame(SETTINGS, 0, 0, &[]));
+        got.extend(req.headers(1, END_STREAM, &fields(&get("/x"))));
+        c.feed(&call(op::READ, 1_000, &got), false);
+        let mut back = frame(SETTINGS, 1, 0, &[]);
+        back.extend(resp.headers(1, END_STREAM, &[(":status", "204")]));
+        let done = c.feed(&call(op::WRITE, 7_000, &back), false);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].response.as_ref().and_then(|h| h.status), Some(204));
+        assert_eq!((done[0].start_ns, done[0].first_byte_ns), (1_010, 7_000));
+        assert_eq!(c.orphans, 0);
+    }
+
+    /// Bytes that only looked like a server's SETTINGS: no preface follows,
+    /// nothing is made of them.
+    #[test]
+    fn no_preface_no_streams() {
+        let mut c = Conversation::default();
+        c.feed(&call(op::WRITE, 500, &frame(SETTINGS, 0, 0, &[])), false);
+        let mut req = Peer::new();
+        let mut got = b"NOT A PREFACE AT ALL, NO\r\n".to_vec();
+        got.extend(req.headers(1, END_STREAM, &fields(&get("/x"))));
+        c.feed(&call(op::READ, 1_000, &got), false);
+        assert!(c.close().is_empty());
+    }
+}

@@ -1,0 +1,314 @@
+//! HTTP/2 streams as request records, as root with the real probes: curl
+//! (libcurl's nghttp2 over OpenSSL) fetching several URLs on one connection
+//! through nginx terminating h2 in front of a slow backend, and Node's http2
+//! module over cleartext h2. Each stream is its own record on both sides,
+//! its time to first byte checked against the client's own clock and the
+//! backend's injected wait.
+
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
+
+use std::{process::Command, time::Duration};
+
+use serde_json::Value;
+use tests::*;
+
+/// The backend's wait before each answer.
+const FIRST_MS: f64 = 150.0;
+/// Tolerance against curl's own clock, for the least disturbed stream (curl's
+/// figures also hold its own wake-up and parsing).
+const TOL_MS: f64 = 2.0;
+
+fn ms_of(v: &Value) -> f64 {
+    ms(v.as_u64()
+        .unwrap_or_else(|| panic!("not a number of ns: {v}")))
+}
+
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its worker (SIGKILL would orphan it).
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// nginx with h2 over TLS on `port` and cleartext h2 (prior knowledge) on
+/// `plain`, proxying to `backend`.
+fn nginx_h2(cert: &Cert, port: u16, plain: u16, backend: u16) -> Nginx {
+    let conf = cert.dir.join("nginx.conf");
+    let d = cert.dir.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{}}\nhttp {{\n access_log off;\n client_body_temp_path {d};\n proxy_temp_path {d};\n\
+             fastcgi_temp_path {d};\n uwsgi_temp_path {d};\n scgi_temp_path {d};\n\
+             server {{\n  listen 127.0.0.1:{port} ssl http2;\n  listen 127.0.0.1:{plain} http2;\n  ssl_certificate {d}/cert.pem;\n  ssl_certificate_key {d}/key.pem;\n\
+             location / {{ proxy_pass http://127.0.0.1:{backend}; }}\n }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let nginx = Nginx(
+        Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(&cert.dir)
+            .spawn()
+            .unwrap(),
+    );
+    let up = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "nginx did not start");
+    nginx
+}
+
+/// One curl process: `warm` over HTTP/1.1 on a connection of its own, then
+/// `urls` with --http2 on one connection: per URL of those its local port,
+/// HTTP version and `time_starttransfer - time_pretransfer` in ms.
+///
+/// curl makes its TLS context right before its handshake, and a fresh
+/// process's per-call probes take 9-23 ms to come (README, "TLS"): the
+/// warm-up request (another host name, so curl does not reuse its
+/// connection) gives them that time, and the h2 connection measured is the
+/// process's second.
+fn curl_h2(warm: &str, urls: &[String]) -> Vec<(u64, String, f64)> {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sk", "--http1.1", "-o", "/dev/null", warm, "--next"]);
+    cmd.args(["-sk", "--http2", "-w"])
+        .arg("%{local_port} %{http_version} %{time_pretransfer} %{time_starttransfer}\\n");
+    for u in urls {
+        cmd.args(["-o", "/dev/null", u]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let t = |i: usize| f[i].parse::<f64>().unwrap();
+            (t(0) as u64, f[1].to_owned(), (t(3) - t(2)) * 1000.0)
+        })
+        .collect()
+}
+
+/// The request records of one side of the connection from client port
+/// `port`, in stream order.
+fn streams<'a>(w: &'a Watched, port: u64, direction: &str) -> Vec<&'a Value> {
+    let field = if direction == "outbound" {
+        "local_port"
+    } else {
+        "remote_port"
+    };
+    let mut v: Vec<&Value> = w
+        .requests
+        .iter()
+        .filter(|r| r["direction"] == direction && r[field] == port && r["protocol"] == "h2")
+        .collect();
+    v.sort_by_key(|r| r["stream_id"].as_u64());
+    v
+}
+
+/// curl with three URLs on one h2 connection through nginx: three streams
+/// (1, 3, 5) on each side, each with its method, path, authority and status;
+/// curl's time to first byte per stream at least the backend's wait and at
+/// most curl's own + TOL_MS, the least disturbed stream's within TOL_MS of
+/// curl's; nginx's inside ours.
+#[test]
+fn curl_streams_through_nginx_h2_against_curls_clock() {
+    let Some(_serial) = begin("http2_curl_nginx", &["openssl", "python3", "nginx", "curl"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let backend = llm_server(None, FIRST_MS, 10.0, 1);
+    let port = free_port();
+    let _nginx = nginx_h2(&cert, port, free_port(), backend.port);
+    let w = Watch::start(&["--port", &port.to_string()]);
+    // nginx's worker is announced at its first TLS session (the warm-up);
+    // its per-call probes are in for the connections after it.
+    let warm = format!("https://localhost:{port}/warm");
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("https://127.0.0.1:{port}/item/{i}?q={i}"))
+        .collect();
+    let own = curl_h2(&warm, &urls);
+    let out = w.stop();
+    assert_eq!(own.len(), 3);
+    let cport = own[0].0;
+    assert!(
+        own.iter().all(|(p, v, _)| *p == cport && v == "2"),
+        "one h2 connection: {own:?}"
+    );
+    let client = streams(&out, cport, "outbound");
+    let server = streams(&out, cport, "inbound");
+    assert_eq!(client.len(), 3, "{:#?}", out.requests);
+    assert_eq!(server.len(), 3, "{:#?}", out.requests);
+    let mut gaps = Vec::new();
+    for (i, ((c, s), (_, _, curls))) in client.iter().zip(&server).zip(&own).enumerate() {
+        for x in [c, s] {
+            assert_eq!(x["stream_id"], 2 * i as u64 + 1, "{x:#}");
+            assert_eq!(x["request_index"], i as u64 + 1, "{x:#}");
+            assert_eq!(x["method"], "GET");
+            assert_eq!(x["path"], format!("/item/{i}"));
+            assert_eq!(x["host"], format!("127.0.0.1:{port}"));
+            assert_eq!(x["status"], 200);
+            assert_eq!(x["content_type"], "text/plain");
+            assert_eq!(x["headers_undecodable"], false);
+            assert_eq!(x["error"], Value::Null);
+        }
+        assert_eq!(c["comm"], "curl");
+        assert_eq!(s["comm"], "nginx");
+        let ours = ms_of(&c["ttfb_ns"]);
+        eprintln!("stream {i}: ours {ours:.3} ms, curl's {curls:.3} ms");
+        // curl takes time_pretransfer of a stream on a reused connection
+        // around its HEADERS write (ours once 0.03 ms longer), so its figure
+        // bounds ours only within the tolerance.
+        assert!(
+            ours >= FIRST_MS && ours <= curls + TOL_MS,
+            "stream {i}: ours {ours:.3} ms, the backend's wait {FIRST_MS} ms, curl's {curls:.3} ms"
+        );
+        gaps.push(ours - curls);
+        let served = ms_of(&s["ttfb_ns"]);
+        assert!(
+            served >= FIRST_MS && served <= ours,
+            "stream {i}: nginx {served:.3} ms, curl's by us {ours:.3} ms"
+        );
+    }
+    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
+    assert!(closest <= TOL_MS, "ours - curl's: {gaps:?} ms");
+    let conn = out
+        .records
+        .iter()
+        .find(|c| c["kind"] == "connection" && c["local_port"] == cport)
+        .expect("curl's connection");
+    assert_eq!(conn["http2"]["streams"], 3, "{conn:#}");
+    assert_eq!(conn["http2"]["resets"], 0, "{conn:#}");
+    assert_eq!(out.summary()["http"]["h2_undecodable_headers"], 0);
+}
+
+/// Node's http2 module over cleartext h2 (prior knowledge) through nginx:
+/// the packet programs' copies, not a TLS library's, on both sides. Three
+/// streams each way, with the times of node's own clock (which also holds
+/// its event loop's turn: 1-6 ms seen) bounding ours.
+#[test]
+fn node_http2_cleartext_through_nginx() {
+    let Some(_serial) = begin("http2_node_h2c", &["openssl", "python3", "nginx", "node"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let backend = llm_server(None, FIRST_MS, 10.0, 1);
+    let plain = free_port();
+    let _nginx = nginx_h2(&cert, free_port(), plain, backend.port);
+    let w = Watch::start(&["--port", &plain.to_string()]);
+    let own = run_json_lines(
+        Command::new("node")
+            .arg(helper("h2_client.js"))
+            .arg(format!("http://127.0.0.1:{plain}"))
+            .args(["/a", "/b?x=1", "/c"]),
+    );
+    let out = w.stop();
+    assert_eq!(own.len(), 3, "{own:?}");
+    let port = own[0]["local_port"].as_u64().unwrap();
+    let client = streams(&out, port, "outbound");
+    let server = streams(&out, port, "inbound");
+    assert_eq!(client.len(), 3, "{:#?}", out.requests);
+    assert_eq!(server.len(), 3, "{:#?}", out.requests);
+    let mut gaps = Vec::new();
+    for (i, ((c, s), o)) in client.iter().zip(&server).zip(&own).enumerate() {
+        for x in [c, s] {
+            assert_eq!(x["stream_id"], o["stream_id"], "{x:#}");
+            assert_eq!(x["request_index"], i as u64 + 1, "{x:#}");
+            assert_eq!(x["method"], "GET");
+            assert_eq!(x["path"], ["/a", "/b", "/c"][i]);
+            assert_eq!(x["status"], o["status"]);
+            assert_eq!(x["headers_undecodable"], false);
+            assert_eq!(x["error"], Value::Null);
+        }
+        assert_eq!(c["comm"], "node");
+        assert_eq!(c["pid"], o["pid"]);
+        assert_eq!(s["comm"], "nginx");
+        let ours = ms_of(&c["ttfb_ns"]);
+        let nodes = o["ttfb_ms"].as_f64().unwrap();
+        eprintln!("stream {i}: ours {ours:.3} ms, node's {nodes:.3} ms");
+        assert!(
+            ours >= FIRST_MS && ours <= nodes + TOL_MS,
+            "stream {i}: ours {ours:.3} ms, the backend's wait {FIRST_MS} ms, node's {nodes:.3} ms"
+        );
+        gaps.push(ours - nodes);
+        let served = ms_of(&s["ttfb_ns"]);
+        assert!(
+            served >= FIRST_MS && served <= ours,
+            "stream {i}: nginx {served:.3} ms, node's by us {ours:.3} ms"
+        );
+    }
+    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
+    assert!(closest <= TOL_MS, "ours - node's: {gaps:?} ms");
+}
+
+/// A server of the tests' own (Node's http2, cleartext) that resets a stream
+/// mid-answer and sends GOAWAY after another, with Node's http2 client: the
+/// reset stream's records say "reset_stream" with its code on both sides,
+/// the others are whole, and the connection records count what happened.
+#[test]
+fn resets_and_goaway_from_a_server_of_our_own() {
+    let Some(_serial) = begin("http2_resets", &["node"]) else {
+        return;
+    };
+    let server = HelperServer::spawn(
+        Command::new("node")
+            .arg(helper("h2_server.js"))
+            .args(["0", &FIRST_MS.to_string()]),
+    );
+    let port = server.port;
+    let w = Watch::start(&["--port", &port.to_string()]);
+    let own = run_json_lines(
+        Command::new("node")
+            .arg(helper("h2_client.js"))
+            .arg(format!("http://127.0.0.1:{port}"))
+            .args(["/ok", "/reset", "/bye"]),
+    );
+    drop(server);
+    let out = w.stop();
+    assert_eq!(own.len(), 3, "{own:?}");
+    assert_eq!(own[1]["rst_code"], 2, "the client saw the reset: {own:?}");
+    let cport = own[0]["local_port"].as_u64().unwrap();
+    for direction in ["outbound", "inbound"] {
+        let r = streams(&out, cport, direction);
+        assert_eq!(r.len(), 3, "{direction}: {:#?}", out.requests);
+        for (x, o) in r.iter().zip(&own) {
+            assert_eq!(x["stream_id"], o["stream_id"], "{x:#}");
+            assert_eq!(x["path"], o["path"]);
+            assert_eq!(x["status"], 200);
+        }
+        assert_eq!(r[0]["error"], Value::Null);
+        assert!(ms_of(&r[0]["ttfb_ns"]) >= FIRST_MS, "{:#}", r[0]);
+        assert_eq!(r[1]["error"], "reset_stream", "{:#}", r[1]);
+        assert_eq!(r[1]["reset_code"], 2);
+        assert_eq!(r[2]["error"], Value::Null, "{:#}", r[2]);
+        let port_field = if direction == "outbound" {
+            "local_port"
+        } else {
+            "remote_port"
+        };
+        let conn = out
+            .records
+            .iter()
+            .find(|c| {
+                c["kind"] == "connection" && c["direction"] == direction && c[port_field] == cport
+            })
+            .unwrap_or_else(|| panic!("{direction} connection: {:#?}", out.records));
+        let h2 = &conn["http2"];
+        assert_eq!(h2["streams"], 3, "{conn:#}");
+        assert_eq!(h2["resets"], 1, "{conn:#}");
+        assert!(h2["goaways"].as_u64().unwrap() >= 1, "{conn:#}");
+        assert_eq!(h2["undecodable_headers"], 0);
+        assert_eq!(h2["out_of_step"], 0);
+    }
+    let http = &out.summary()["http"];
+    assert_eq!(http["h2_undecodable_headers"], 0, "{http}");
+    assert_eq!(http["h2_out_of_step"], 0, "{http}");
+}
