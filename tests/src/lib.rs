@@ -13,7 +13,7 @@ pub use dns_ns::{Asked, DnsNs};
 
 use std::{
     io::{BufRead, BufReader},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
         atomic::{AtomicU32, Ordering},
@@ -156,7 +156,6 @@ impl Watched {
         summary_of(&self.stderr)
     }
 
-    /// Records whose `field` equals `value`.
     /// The one request record of an LLM call for `model` seen from
     /// `direction` ("outbound": the client's, "inbound": the server's).
     pub fn request_of_model(&self, model: &str, direction: &str) -> &Value {
@@ -169,6 +168,25 @@ impl Watched {
         v[0]
     }
 
+    /// The request records of the connection from client port `client_port`,
+    /// seen from `direction` ("outbound": the client's, "inbound": the
+    /// server's), in the order they started.
+    pub fn requests_on(&self, client_port: &Value, direction: &str) -> Vec<&Value> {
+        let port_field = if direction == "outbound" {
+            "local_port"
+        } else {
+            "remote_port"
+        };
+        let mut v: Vec<&Value> = self
+            .requests
+            .iter()
+            .filter(|r| r["direction"] == direction && &r[port_field] == client_port)
+            .collect();
+        v.sort_by_key(|r| r["start_unix_ns"].as_u64());
+        v
+    }
+
+    /// Records whose `field` equals `value`.
     pub fn with<'a>(&'a self, field: &str, value: &Value) -> Vec<&'a Value> {
         self.records.iter().filter(|r| &r[field] == value).collect()
     }
@@ -462,6 +480,51 @@ impl Drop for HelperServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// nginx from Debian's packages, one worker, its files in `dir`, with
+/// `servers` (server blocks) in its http block; up once `port` accepts.
+/// Stopped when dropped (SIGTERM: the master stops its worker, which SIGKILL
+/// would orphan).
+pub struct Nginx(Child);
+
+impl Nginx {
+    pub fn start(dir: &Path, servers: &str, port: u16) -> Nginx {
+        let conf = dir.join("nginx.conf");
+        let d = dir.display();
+        std::fs::write(
+            &conf,
+            format!(
+                "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{}}\nhttp {{\n access_log off;\n client_body_temp_path {d};\n proxy_temp_path {d};\n\
+                 fastcgi_temp_path {d};\n uwsgi_temp_path {d};\n scgi_temp_path {d};\n{servers}}}\n"
+            ),
+        )
+        .unwrap();
+        let nginx = Nginx(
+            Command::new("nginx")
+                .arg("-c")
+                .arg(&conf)
+                .arg("-p")
+                .arg(dir)
+                .spawn()
+                .unwrap(),
+        );
+        let up = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "nginx did not start");
+        nginx
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
     }
 }
 

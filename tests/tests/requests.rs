@@ -46,24 +46,6 @@ fn near(what: &str, got: f64, want: f64) {
     );
 }
 
-/// The request records of one connection, by direction, in order.
-fn requests<'a>(w: &'a Watched, client_port: &Value, direction: &str) -> Vec<&'a Value> {
-    let port_field = if direction == "outbound" {
-        "local_port"
-    } else {
-        "remote_port"
-    };
-    let mut v: Vec<&Value> = w
-        .requests
-        .iter()
-        .filter(|r| {
-            r["kind"] == "request" && r["direction"] == direction && &r[port_field] == client_port
-        })
-        .collect();
-    v.sort_by_key(|r| r["start_unix_ns"].as_u64());
-    v
-}
-
 #[test]
 fn streamed_chat_completions_over_tls_each_request_timed() {
     let Some(_serial) = begin("requests_streamed", &["openssl", "python3"]) else {
@@ -86,8 +68,8 @@ fn streamed_chat_completions_over_tls_each_request_timed() {
         out.summary()
     );
     let port = &c[0]["local_port"];
-    let client = requests(&out, port, "outbound");
-    let server_side = requests(&out, port, "inbound");
+    let client = out.requests_on(port, "outbound");
+    let server_side = out.requests_on(port, "inbound");
     assert_eq!(
         client.len(),
         2,
@@ -166,7 +148,7 @@ fn a_plain_answer_an_error_and_a_reset_stream() {
     );
     let reset = client(server.port, &["--model", "reset"]);
     let out = w.stop();
-    let r = requests(&out, &plain[0]["local_port"], "outbound");
+    let r = out.requests_on(&plain[0]["local_port"], "outbound");
     assert_eq!(r.len(), 2, "{r:#?}");
     assert_eq!(r[0]["status"], 200);
     assert_eq!(r[0]["streamed"], false);
@@ -187,7 +169,7 @@ fn a_plain_answer_an_error_and_a_reset_stream() {
     assert_eq!(r[1]["request_index"], 2);
     assert_eq!(r[1]["gen_ai"]["input_tokens"], Value::Null);
     assert_eq!(r[1]["gen_ai"]["output_tokens"], Value::Null);
-    let x = requests(&out, &reset[0]["local_port"], "outbound");
+    let x = out.requests_on(&reset[0]["local_port"], "outbound");
     assert_eq!(x.len(), 1, "{x:#?}");
     assert_eq!(x[0]["error"], "reset", "{:#}", x[0]);
     // Role chunk and two content chunks came before the reset.
@@ -332,8 +314,8 @@ fn plain_http_streams_from_a_fresh_process() {
     );
     let out = w.stop();
     let port = &c[0]["local_port"];
-    let client = requests(&out, port, "outbound");
-    let served = requests(&out, port, "inbound");
+    let client = out.requests_on(port, "outbound");
+    let served = out.requests_on(port, "inbound");
     assert_eq!(client.len(), 2, "{:#?}", out.requests);
     assert_eq!(served.len(), 2, "{served:#?}");
     let (mut ttfb_gaps, mut ttft_gaps) = (Vec::new(), Vec::new());
@@ -432,7 +414,7 @@ fn curl_keep_alive_requests_against_curls_clock() {
         lines.iter().all(|l| l[0] == lines[0][0]),
         "one connection: {lines:?}"
     );
-    let r = requests(&out, &port, "outbound");
+    let r = out.requests_on(&port, "outbound");
     assert_eq!(r.len(), 3, "{:#?}", out.requests);
     let mut gaps = Vec::new();
     for (i, (x, l)) in r.iter().zip(&lines).enumerate() {
@@ -481,7 +463,7 @@ fn a_busy_plain_connection_stops_being_copied() {
         .collect();
     assert_eq!(ports.len(), 1, "one connection");
     let port = Value::from(ports.iter().next().unwrap().parse::<u64>().unwrap());
-    let seen = requests(&out, &port, "outbound");
+    let seen = out.requests_on(&port, "outbound");
     let summary = out.summary();
     assert!(
         summary["http"]["busy_connections"].as_u64().unwrap() >= 1,
@@ -655,7 +637,7 @@ fn the_query_is_kept_when_asked() {
     );
     let out = w.stop();
     for direction in ["outbound", "inbound"] {
-        let r = requests(&out, &port, direction);
+        let r = out.requests_on(&port, direction);
         assert_eq!(r.len(), 1, "{direction}: {:#?}", out.requests);
         assert_eq!(r[0]["path"], "/v1/models?limit=5&after=m-1", "{direction}");
     }

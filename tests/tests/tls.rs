@@ -8,7 +8,6 @@
 use std::{
     io::{BufRead, BufReader},
     process::{Command, Stdio},
-    time::Duration,
 };
 
 use serde_json::{json, Value};
@@ -327,42 +326,23 @@ fn nginx_server_side() {
     let cert = Cert::new();
     let backend = tls_server(&cert, "plain", 0, BACKEND_MS);
     let port = free_port();
-    let conf = cert.dir.join("nginx.conf");
     let d = cert.dir.display();
-    std::fs::write(
-        &conf,
-        format!(
-            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{}}\nhttp {{\n access_log off;\n client_body_temp_path {d};\n proxy_temp_path {d};\n\
-             fastcgi_temp_path {d};\n uwsgi_temp_path {d};\n scgi_temp_path {d};\n\
-             server {{\n  listen 127.0.0.1:{port} ssl;\n  ssl_certificate {d}/cert.pem;\n  ssl_certificate_key {d}/key.pem;\n\
-             location / {{ proxy_pass http://127.0.0.1:{}; }}\n }}\n}}\n",
+    let nginx = Nginx::start(
+        &cert.dir,
+        &format!(
+            " server {{\n  listen 127.0.0.1:{port} ssl;\n  ssl_certificate {d}/cert.pem;\n  ssl_certificate_key {d}/key.pem;\n\
+             location / {{ proxy_pass http://127.0.0.1:{}; }}\n }}\n",
             backend.port
         ),
-    )
-    .unwrap();
-    let mut nginx = Command::new("nginx")
-        .arg("-c")
-        .arg(&conf)
-        .arg("-p")
-        .arg(&cert.dir)
-        .spawn()
-        .unwrap();
-    let up = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    assert!(up, "nginx did not start");
+        port,
+    );
     let w = Watch::start(&["--port", &port.to_string()]);
     // The worker's first TLS session announces it; its per-call probes are
     // then in for the connection measured after it.
     python_client(port, &[]);
     let c = python_client(port, &["--requests", "3"]);
     let out = w.stop();
-    // SIGTERM: the master stops its worker (SIGKILL would orphan it).
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(nginx.id() as i32, libc::SIGTERM) };
-    let _ = nginx.wait();
+    drop(nginx);
     let c = &c[0];
     let s = server_side(&out, &c["local_port"]);
     assert_eq!(s["comm"], "nginx");

@@ -14,7 +14,7 @@ use observer_common::{
 
 use super::{
     gen_ai::{self, carries_content, Call},
-    h2::{H2, PREFACE},
+    h2::{frame_header, H2, PREFACE},
     head::{self, Framing, Head},
     scan::sse_events,
 };
@@ -62,6 +62,33 @@ pub struct Stream {
     pub gaps: u32,
 }
 
+impl Stream {
+    /// Answer bytes read at `t` (`whole`: all of them were copied).
+    pub(super) fn read(&mut self, body: &[u8], whole: bool, t: u64) {
+        let Some(n) = self.events.filter(|_| whole) else {
+            // An uncopied middle may have held events: the count is unknown.
+            self.events = None;
+            return;
+        };
+        let k = sse_events(body);
+        if k == 0 {
+            return;
+        }
+        if self.first_ns == 0 {
+            self.first_ns = t;
+        } else {
+            let gap = t.saturating_sub(self.last_ns);
+            self.gap_sum_ns += gap;
+            self.gap_max_ns = self.gap_max_ns.max(gap);
+            self.gaps += 1;
+        }
+        // Events that came in one read came together.
+        self.gaps += k - 1;
+        self.last_ns = t;
+        self.events = Some(n + k);
+    }
+}
+
 /// Why an exchange ended without a complete answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cut {
@@ -104,7 +131,7 @@ fn starts_h2(b: &[u8], request_dir: bool) -> bool {
             && b[3] == 4
             && b[4] == 0
             && b[5..9] == [0; 4]
-            && (usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2])) % 6 == 0
+            && frame_header(b).0.is_multiple_of(6)
     }
 }
 
@@ -231,26 +258,7 @@ impl Conversation {
         x.response_bytes += u64::from(ev.len);
         x.last_ns = end_t;
         if let Some(s) = &mut x.stream {
-            match (s.events, second) {
-                (Some(n), None) => {
-                    let k = sse_events(body);
-                    if k > 0 {
-                        if s.first_ns == 0 {
-                            s.first_ns = t;
-                        } else {
-                            let gap = t.saturating_sub(s.last_ns);
-                            s.gap_sum_ns += gap;
-                            s.gap_max_ns = s.gap_max_ns.max(gap);
-                            s.gaps += 1;
-                        }
-                        // Events that came in one read came together.
-                        s.gaps += k - 1;
-                        s.last_ns = t;
-                        s.events = Some(n + k);
-                    }
-                }
-                _ => s.events = None,
-            }
+            s.read(body, second.is_none(), t);
         }
         if x.api.is_some() {
             x.call.response_piece(body);

@@ -17,8 +17,7 @@ use observer_common::{http::PlaintextEvent, tls::op};
 use super::{
     conversation::{pieces, Exchange, Stream},
     gen_ai::{self, carries_content},
-    head::{Framing, Head},
-    scan::sse_events,
+    head::Head,
 };
 
 /// The client's connection preface.
@@ -46,6 +45,13 @@ const MAX_TABLE: usize = 64 * 1024;
 /// Payload bytes of the frames whose content is read (RST_STREAM, GOAWAY's
 /// first 8, DATA's for the API scanner) kept per frame.
 const KEEP_SMALL: usize = 8;
+
+/// A frame header's payload length and stream id (reserved bit cleared).
+pub(super) fn frame_header(h: &[u8]) -> (usize, u32) {
+    let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+    (len, stream)
+}
 
 /// What the reader gives for one frame.
 #[derive(Debug, PartialEq, Eq)]
@@ -110,9 +116,7 @@ impl Reader {
                     b = &b[n..];
                     if self.header.len() == 9 {
                         let h = &self.header;
-                        let len =
-                            usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-                        let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                        let (len, stream) = frame_header(h);
                         out.push(Item::Start {
                             kind: h[3],
                             flags: h[4],
@@ -173,17 +177,17 @@ impl Reader {
         if !self.lost || b.len() < 9 {
             return;
         }
-        let len = usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2]);
-        let stream = u32::from_be_bytes([b[5], b[6], b[7], b[8]]);
-        let on_stream = stream != 0 && stream & 0x8000_0000 == 0;
+        let (len, stream) = frame_header(b);
+        let reserved = b[5] & 0x80 != 0;
+        let on_stream = stream != 0 && !reserved;
         let plausible = len <= 16_384
             && match b[3] {
                 DATA | HEADERS => on_stream,
                 RST_STREAM => on_stream && len == 4,
-                SETTINGS => stream == 0 && len % 6 == 0 && b[4] & !1 == 0,
+                SETTINGS => stream == 0 && len.is_multiple_of(6) && b[4] & !1 == 0,
                 PING => stream == 0 && len == 8 && b[4] & !1 == 0,
                 GOAWAY => stream == 0 && len >= 8,
-                WINDOW_UPDATE => stream & 0x8000_0000 == 0 && len == 4,
+                WINDOW_UPDATE => !reserved && len == 4,
                 _ => false,
             };
         if plausible {
@@ -192,7 +196,7 @@ impl Reader {
     }
 }
 
-/// A frame being read: what its payload is kept for.
+/// A frame being read, then as the conversation uses it.
 #[derive(Default)]
 struct Frame {
     kind: u8,
@@ -201,7 +205,10 @@ struct Frame {
     len: usize,
     /// Header block bytes (HEADERS, CONTINUATION) or the first few of others.
     kept: Vec<u8>,
+    /// All of the payload was seen.
     whole: bool,
+    /// For a HEADERS frame with its CONTINUATIONs, once whole: the fields.
+    fields: Fields,
 }
 
 /// One direction: its frames and its peer's HPACK table.
@@ -231,19 +238,6 @@ impl Direction {
 
 /// Headers of one block, decoded (None: undecodable).
 type Fields = Option<Vec<(Vec<u8>, Vec<u8>)>>;
-
-/// A whole frame, as the conversation uses it.
-struct Whole {
-    kind: u8,
-    flags: u8,
-    stream: u32,
-    len: usize,
-    kept: Vec<u8>,
-    /// All of the payload was seen.
-    whole: bool,
-    /// For HEADERS (with its CONTINUATIONs): the fields.
-    fields: Fields,
-}
 
 /// One HTTP/2 connection's streams.
 pub struct H2 {
@@ -340,7 +334,7 @@ impl H2 {
     }
 
     /// Items to whole frames, header blocks decoded.
-    fn frames(&mut self, d: usize, items: Vec<Item<'_>>) -> Vec<Whole> {
+    fn frames(&mut self, d: usize, items: Vec<Item<'_>>) -> Vec<Frame> {
         let dir = &mut self.dirs[d];
         let mut out = Vec::new();
         for item in items {
@@ -356,8 +350,8 @@ impl H2 {
                         flags,
                         stream,
                         len,
-                        kept: Vec::new(),
                         whole: true,
+                        ..Frame::default()
                     });
                 }
                 Item::Payload(b) => {
@@ -397,7 +391,7 @@ impl H2 {
 
     /// Header blocks across HEADERS and CONTINUATION, decoded in order so the
     /// table stays in step; other frames pass.
-    fn block(dir: &mut Direction, f: Frame, undecodable: &mut u64) -> Option<Whole> {
+    fn block(dir: &mut Direction, mut f: Frame, undecodable: &mut u64) -> Option<Frame> {
         match f.kind {
             HEADERS => {
                 let mut b: &[u8] = &f.kept;
@@ -419,23 +413,14 @@ impl H2 {
                 }
             }
             _ => {
-                let mut kept = f.kept;
-                if f.kind == DATA && f.flags & PADDED != 0 && !kept.is_empty() {
+                if f.kind == DATA && f.flags & PADDED != 0 && !f.kept.is_empty() {
                     // The pad length byte; the padding itself is not events.
-                    let pad = usize::from(kept.remove(0));
+                    let pad = usize::from(f.kept.remove(0));
                     if f.whole {
-                        kept.truncate(kept.len().saturating_sub(pad));
+                        f.kept.truncate(f.kept.len().saturating_sub(pad));
                     }
                 }
-                return Some(Whole {
-                    kind: f.kind,
-                    flags: f.flags,
-                    stream: f.stream,
-                    len: f.len,
-                    kept,
-                    whole: f.whole,
-                    fields: None,
-                });
+                return Some(f);
             }
         };
         if f.flags & END_HEADERS == 0 {
@@ -459,7 +444,7 @@ impl H2 {
         if fields.is_none() {
             *undecodable += 1;
         }
-        Some(Whole {
+        Some(Frame {
             kind: HEADERS,
             flags,
             stream,
@@ -470,7 +455,7 @@ impl H2 {
         })
     }
 
-    fn apply(&mut self, request_dir: bool, t: u64, end_t: u64, f: Whole, done: &mut Vec<Exchange>) {
+    fn apply(&mut self, request_dir: bool, t: u64, end_t: u64, f: Frame, done: &mut Vec<Exchange>) {
         let frame_bytes = (f.len + 9) as u64;
         match f.kind {
             GOAWAY => {
@@ -569,7 +554,7 @@ impl H2 {
                             ..Stream::default()
                         });
                     }
-                    x.response = h.or(Some(unknown_head()));
+                    x.response = h.or(Some(Head::empty(None)));
                 }
             }
         } else {
@@ -577,29 +562,11 @@ impl H2 {
                 // Its head was among bytes not seen: an answer, with no
                 // first byte or fields to give.
                 x.headers_undecodable = true;
-                x.response = Some(unknown_head());
+                x.response = Some(Head::empty(None));
             }
             let body = &f.kept;
             if let Some(s) = &mut x.stream {
-                match (s.events, f.whole && f.len <= super::DATA_KEEP) {
-                    (Some(n), true) => {
-                        let k = sse_events(body);
-                        if k > 0 {
-                            if s.first_ns == 0 {
-                                s.first_ns = t;
-                            } else {
-                                let gap = t.saturating_sub(s.last_ns);
-                                s.gap_sum_ns += gap;
-                                s.gap_max_ns = s.gap_max_ns.max(gap);
-                                s.gaps += 1;
-                            }
-                            s.gaps += k - 1;
-                            s.last_ns = t;
-                            s.events = Some(n + k);
-                        }
-                    }
-                    _ => s.events = None,
-                }
+                s.read(body, f.whole && f.len <= super::DATA_KEEP, t);
             }
             if x.api.is_some() {
                 x.call.response_piece(body);
@@ -643,19 +610,6 @@ fn field<'a>(fields: &'a [(Vec<u8>, Vec<u8>)], name: &[u8]) -> Option<&'a [u8]> 
         .map(|(_, v)| v.as_slice())
 }
 
-fn unknown_head() -> Head {
-    Head {
-        method: None,
-        status: None,
-        path: None,
-        query: None,
-        host: None,
-        content_type: None,
-        framing: Framing::Close,
-        len: None,
-    }
-}
-
 fn request_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
     let target = field(fields, b":path").and_then(text);
     let (path, query) = match target {
@@ -673,7 +627,7 @@ fn request_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
             .or_else(|| field(fields, b"host"))
             .and_then(text),
         content_type: field(fields, b"content-type").and_then(text),
-        ..unknown_head()
+        ..Head::empty(None)
     }
 }
 
@@ -681,7 +635,7 @@ fn response_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
     Head {
         status: field(fields, b":status").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()),
         content_type: field(fields, b"content-type").and_then(text),
-        ..unknown_head()
+        ..Head::empty(None)
     }
 }
 

@@ -85,17 +85,24 @@ fn split(b: &[u8]) -> Option<(String, String, Option<usize>)> {
     Some((first.to_owned(), rest.to_owned(), len))
 }
 
+impl Head {
+    /// No field known yet.
+    pub fn empty(len: Option<usize>) -> Head {
+        Head {
+            method: None,
+            status: None,
+            path: None,
+            query: None,
+            host: None,
+            content_type: None,
+            framing: Framing::Close,
+            len,
+        }
+    }
+}
+
 fn fields(headers: String, len: Option<usize>) -> Head {
-    let mut h = Head {
-        method: None,
-        status: None,
-        path: None,
-        query: None,
-        host: None,
-        content_type: None,
-        framing: Framing::Close,
-        len,
-    };
+    let mut h = Head::empty(len);
     for line in headers.split("\r\n") {
         let Some((k, v)) = line.split_once(':') else {
             continue;
