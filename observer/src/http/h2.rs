@@ -931,9 +931,49 @@ mod tests {
         let mut c = Conversation::default();
         c.feed(&call(op::WRITE, 500, &frame(SETTINGS, 0, 0, &[])), false);
         let mut req = Peer::new();
-        let mut got = b"NOT A PREFACE AT ALL, NO\r\n".to_vec();
+        // As long as the preface and starting like it: skipped blindly, the
+        // HEADERS after it would make a stream.
+        let mut got = b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n".to_vec();
+        assert_eq!(got.len(), PREFACE.len());
         got.extend(req.headers(1, END_STREAM, &fields(&get("/x"))));
         c.feed(&call(op::READ, 1_000, &got), false);
         assert!(c.close().is_empty());
+    }
+
+    /// Arbitrary bytes either way (a peer that is not HTTP/2, or copies cut
+    /// anywhere) never panic the parser, HPACK decoder included.
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2_000u64 {
+            let mut c = Conversation::default();
+            let mut req = PREFACE.to_vec();
+            let mut back = frame(SETTINGS, 0, 0, &[]);
+            for _ in 0..8 {
+                let len = (next() % 1500) as usize;
+                let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                // Plausible frame headers now and then, so frames are read.
+                if next() % 2 == 0 && b.len() >= 9 {
+                    b[..9].copy_from_slice(
+                        &frame(HEADERS, next() as u8, 1 + 2 * (next() % 4) as u32, &[])[..9],
+                    );
+                    b[2] = (next() % 64) as u8;
+                }
+                if next() % 2 == 0 {
+                    req.extend(&b);
+                } else {
+                    back.extend(&b);
+                }
+            }
+            c.feed(&call(op::WRITE, round, &req), true);
+            c.feed(&call(op::READ, round + 1, &back), true);
+            c.close();
+        }
     }
 }
