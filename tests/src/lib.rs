@@ -92,16 +92,30 @@ pub const OPENAI_SDK: &str = "openai==3.57.0";
 /// make once, under target/ (`python3 -m venv`, then pip from PyPI). None
 /// when it cannot be made here (said why); under CI that is a failure.
 pub fn openai_python(test: &str) -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv-openai");
+    python_with(test, "openai", &[OPENAI_SDK], "import openai")
+}
+
+/// grpcio and httpx with HTTP/2, as the tests install them from PyPI.
+pub const H2_PACKAGES: [&str; 2] = ["grpcio==1.85.3", "httpx[http2]==0.28.1"];
+
+/// A python with [`H2_PACKAGES`], as [`openai_python`] makes its own.
+pub fn h2_python(test: &str) -> Option<PathBuf> {
+    python_with(test, "h2", &H2_PACKAGES, "import grpc, httpx, h2")
+}
+
+/// A virtual environment `target/test-venv-{name}` with `packages`, made
+/// once; `check` is the Python that proves them importable.
+fn python_with(test: &str, name: &str, packages: &[&str], check: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/test-venv-{name}"));
     let python = dir.join("bin/python");
-    let has_sdk = || {
+    let ready = || {
         Command::new(&python)
-            .args(["-c", "import openai"])
+            .args(["-c", check])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
-    if has_sdk() {
+    if ready() {
         return Some(python);
     }
     let made = Command::new("python3")
@@ -110,19 +124,16 @@ pub fn openai_python(test: &str) -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success())
         && Command::new(dir.join("bin/pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                OPENAI_SDK,
-            ])
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(packages)
             .status()
             .is_ok_and(|s| s.success());
-    if made && has_sdk() {
+    if made && ready() {
         return Some(python);
     }
     let why = format!(
-        "{test}: could not install {OPENAI_SDK} into {} (python3 -m venv needs Debian's python3-venv; pip needs PyPI)",
+        "{test}: could not install {} into {} (python3 -m venv needs Debian's python3-venv; pip needs PyPI)",
+        packages.join(" "),
         dir.display()
     );
     assert!(!in_ci(), "{why} (CI=true, so this is a failure)");

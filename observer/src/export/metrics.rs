@@ -46,6 +46,8 @@ pub const GENAI_DURATION: &str = "gen_ai.client.operation.duration";
 pub const GENAI_TOKENS: &str = "gen_ai.client.token.usage";
 pub const GENAI_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
 pub const GENAI_PER_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
+pub const RPC_CLIENT: &str = "rpc.client.duration";
+pub const RPC_SERVER: &str = "rpc.server.duration";
 
 /// Token counts' bucket bounds (the GenAI semantic conventions' advice,
 /// extended to sixteen).
@@ -68,12 +70,18 @@ pub const TOKEN_BUCKETS: [f64; 16] = [
     1073741824.0,
 ];
 
+/// [`BUCKETS`] in milliseconds, for the RPC conventions' `ms` histograms.
+pub const MS_BUCKETS: [f64; 16] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
+    10000.0,
+];
+
 /// The bucket bounds of histogram `name`.
 fn bounds(name: &str) -> &'static [f64; 16] {
-    if name == GENAI_TOKENS {
-        &TOKEN_BUCKETS
-    } else {
-        &BUCKETS
+    match describe(name).unit {
+        "{token}" => &TOKEN_BUCKETS,
+        "ms" => &MS_BUCKETS,
+        _ => &BUCKETS,
     }
 }
 
@@ -175,6 +183,16 @@ const DESCRIPTIONS: &[Described] = &[
         name: GENAI_FIRST_CHUNK,
         unit: "s",
         description: "LLM API calls: request start to the first chunk of generated content",
+    },
+    Described {
+        name: RPC_CLIENT,
+        unit: "ms",
+        description: "gRPC calls, as the client saw them (the RPC conventions' unit, ms)",
+    },
+    Described {
+        name: RPC_SERVER,
+        unit: "ms",
+        description: "gRPC calls, as the server saw them (the RPC conventions' unit, ms)",
     },
     Described {
         name: GENAI_PER_CHUNK,
@@ -349,6 +367,33 @@ impl Metrics {
     /// bounded.
     pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
         let (server, port) = r.server();
+        if let Some(rpc) = &r.rpc {
+            // A gRPC call is measured as the RPC conventions say, not as
+            // an HTTP request too.
+            let mut l: Labels = vec![
+                ("rpc.system", rpc.system.into()),
+                ("server.address", server),
+                ("server.port", port.to_string()),
+            ];
+            for (key, v) in [("rpc.service", &rpc.service), ("rpc.method", &rpc.method)] {
+                if let Some(v) = v {
+                    l.push((key, v.clone()));
+                }
+            }
+            if let Some(c) = rpc.grpc_status {
+                l.push(("rpc.grpc.status_code", c.to_string()));
+            }
+            if let Some(e) = r.error {
+                l.push(("error.type", e.into()));
+            }
+            l.sort();
+            let metric = match r.direction {
+                Direction::Outbound => RPC_CLIENT,
+                Direction::Inbound => RPC_SERVER,
+            };
+            self.observe(metric, l, r.duration_ns as f64 / 1e6);
+            return;
+        }
         let mut l: Labels = vec![
             (
                 "http.request.method",
@@ -425,10 +470,10 @@ impl Metrics {
         let mut out = String::new();
         let mut last = "";
         for ((name, labels), h) in &self.hists {
-            let unit = if describe(name).unit == "s" {
-                "_seconds"
-            } else {
-                ""
+            let unit = match describe(name).unit {
+                "s" => "_seconds",
+                "ms" => "_milliseconds",
+                _ => "",
             };
             let base = prom_name(name, unit);
             if *name != last {

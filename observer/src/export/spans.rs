@@ -495,10 +495,19 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         Direction::Outbound => st >= 400,
         Direction::Inbound => st >= 500,
     });
-    let error = r
+    let mut error = r
         .error
         .map(str::to_owned)
         .or_else(|| bad_status.then(|| r.status.unwrap_or(0).to_string()));
+    if let Some(rpc) = &r.rpc {
+        name = rpc_attributes(rpc, &mut attrs);
+        if error.is_none() {
+            error = rpc
+                .grpc_status
+                .filter(|&c| grpc_error(c, r.direction))
+                .map(|c| c.to_string());
+        }
+    }
     if let Some(e) = &error {
         attrs.push(s("error.type", e.clone()));
     }
@@ -545,6 +554,50 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         ));
     }
     out
+}
+
+/// The RPC conventions' attributes of a gRPC call; returns the span's name,
+/// `{rpc.service}/{rpc.method}`.
+fn rpc_attributes(rpc: &crate::http::RpcRecord, attrs: &mut Vec<KeyValue>) -> String {
+    attrs.push(s("rpc.system", rpc.system));
+    if let Some(v) = &rpc.service {
+        attrs.push(s("rpc.service", v.clone()));
+    }
+    if let Some(v) = &rpc.method {
+        attrs.push(s("rpc.method", v.clone()));
+    }
+    if let Some(c) = rpc.grpc_status {
+        attrs.push(i("rpc.grpc.status_code", i64::from(c)));
+    }
+    if let Some(m) = &rpc.grpc_message {
+        attrs.push(s("observer.rpc.grpc_message", m.clone()));
+    }
+    for (key, n) in [
+        ("observer.rpc.request_messages", rpc.request_messages),
+        ("observer.rpc.response_messages", rpc.response_messages),
+    ] {
+        if let Some(n) = n {
+            attrs.push(i(key, i64::from(n)));
+        }
+    }
+    if let Some(t) = rpc.time_to_first_message_ns {
+        attrs.push(f("observer.rpc.time_to_first_message", t as f64 / 1e9));
+    }
+    format!(
+        "{}/{}",
+        rpc.service.as_deref().unwrap_or("unknown"),
+        rpc.method.as_deref().unwrap_or("unknown")
+    )
+}
+
+/// The RPC conventions: any status but OK is a client's error; a server's
+/// only UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE
+/// and DATA_LOSS (the others are the caller's doing).
+pub fn grpc_error(code: u32, dir: Direction) -> bool {
+    match dir {
+        Direction::Outbound => code != 0,
+        Direction::Inbound => matches!(code, 2 | 4 | 12 | 13 | 14 | 15),
+    }
 }
 
 /// One export request for many records, one resource per process.

@@ -14,6 +14,7 @@ use observer_common::{
 
 use super::{
     gen_ai::{self, carries_content, Call},
+    grpc::Rpc,
     h2::{frame_header, H2, PREFACE},
     head::{self, Framing, Head},
     scan::sse_events,
@@ -49,6 +50,8 @@ pub struct Exchange {
     pub error: Option<&'static str>,
     /// HTTP/2: the RST_STREAM's error code.
     pub reset_code: Option<u32>,
+    /// A gRPC call (HTTP/2 with a gRPC content type).
+    pub rpc: Option<Box<Rpc>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -17,6 +17,7 @@ use observer_common::{http::PlaintextEvent, tls::op};
 use super::{
     conversation::{pieces, Exchange, Stream},
     gen_ai::{self, carries_content},
+    grpc::{self, Piece, Rpc},
     head::Head,
 };
 
@@ -207,6 +208,8 @@ struct Frame {
     kept: Vec<u8>,
     /// All of the payload was seen.
     whole: bool,
+    /// DATA: the payload as seen and skipped, for the gRPC message splitter.
+    pieces: Vec<Piece>,
     /// For a HEADERS frame with its CONTINUATIONs, once whole: the fields.
     fields: Fields,
 }
@@ -361,6 +364,9 @@ impl H2 {
                             DATA => super::DATA_KEEP,
                             _ => KEEP_SMALL,
                         };
+                        if f.kind == DATA {
+                            grpc::add_seen(&mut f.pieces, b);
+                        }
                         let n = room.saturating_sub(f.kept.len()).min(b.len());
                         f.kept.extend_from_slice(&b[..n]);
                         if matches!(f.kind, HEADERS | CONTINUATION) && n < b.len() {
@@ -368,9 +374,12 @@ impl H2 {
                         }
                     }
                 }
-                Item::Unseen(_) => {
+                Item::Unseen(n) => {
                     if let Some(f) = &mut dir.frame {
                         f.whole = false;
+                        if f.kind == DATA {
+                            grpc::add_unseen(&mut f.pieces, n);
+                        }
                     }
                 }
                 Item::Lost => {
@@ -451,6 +460,7 @@ impl H2 {
             len: f.len,
             kept: Vec::new(),
             whole,
+            pieces: Vec::new(),
             fields,
         })
     }
@@ -506,6 +516,10 @@ impl H2 {
                 .as_ref()
                 .and_then(|h| h.path.as_deref())
                 .and_then(gen_ai::api);
+            let rpc = head
+                .as_ref()
+                .filter(|h| grpc::is_grpc(h.content_type.as_deref()))
+                .map(|h| Box::new(Rpc::new(h.path.as_deref())));
             self.streams.insert(
                 f.stream,
                 Exchange {
@@ -517,6 +531,7 @@ impl H2 {
                     last_ns: end_t,
                     request_bytes: frame_bytes,
                     api,
+                    rpc,
                     ..Exchange::default()
                 },
             );
@@ -530,6 +545,9 @@ impl H2 {
             if f.kind == DATA && x.api.is_some() {
                 x.call.request_piece(&f.kept);
             }
+            if let (DATA, Some(rpc)) = (f.kind, &mut x.rpc) {
+                rpc.messages[0].feed(&f.pieces);
+            }
             return;
         }
         x.response_bytes += frame_bytes;
@@ -537,6 +555,12 @@ impl H2 {
         if f.kind == HEADERS {
             if f.fields.is_none() {
                 x.headers_undecodable = true;
+            }
+            if let (Some(rpc), Some(fields)) = (&mut x.rpc, &f.fields) {
+                rpc.answer_fields(
+                    field(fields, b"grpc-status"),
+                    field(fields, b"grpc-message"),
+                );
             }
             if x.response.is_none() {
                 let h = f.fields.as_ref().map(|fields| response_head(fields));
@@ -572,6 +596,11 @@ impl H2 {
                 x.call.response_piece(body);
                 if x.first_content_ns == 0 && carries_content(body) {
                     x.first_content_ns = t;
+                }
+            }
+            if let Some(rpc) = &mut x.rpc {
+                if rpc.messages[1].feed(&f.pieces) && rpc.first_message_ns == 0 {
+                    rpc.first_message_ns = t;
                 }
             }
         }
@@ -938,6 +967,131 @@ mod tests {
         got.extend(req.headers(1, END_STREAM, &fields(&get("/x"))));
         c.feed(&call(op::READ, 1_000, &got), false);
         assert!(c.close().is_empty());
+    }
+
+    fn grpc_message(body: &[u8]) -> Vec<u8> {
+        let mut m = vec![0];
+        m.extend((body.len() as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    /// A gRPC client (outbound): a server-streaming call with trailers and a
+    /// trailers-only failure on one connection; the `rpc` objects, then the
+    /// RPC conventions' span and metric.
+    #[test]
+    fn grpc_calls_to_records_spans_and_metrics() {
+        use crate::{
+            clock::Clock,
+            export::{attrs::Ids, metrics::Metrics, spans::request_spans},
+            http::RequestRecord,
+            record::{ConnRecord, State},
+        };
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let call_fields = |method: &str| {
+            vec![
+                (":method", "POST".to_owned()),
+                (":scheme", "http".into()),
+                (":authority", "127.0.0.1:50051".into()),
+                (":path", format!("/helloworld.Greeter/{method}")),
+                ("content-type", "application/grpc".into()),
+                ("te", "trailers".into()),
+            ]
+        };
+        let mut out = PREFACE.to_vec();
+        out.extend(req.headers(1, 0, &fields(&call_fields("Many"))));
+        // One message split across two DATA frames.
+        let m = grpc_message(b"hello there");
+        out.extend(frame(DATA, 0, 1, &m[..3]));
+        out.extend(frame(DATA, END_STREAM, 1, &m[3..]));
+        out.extend(req.headers(3, 0, &fields(&call_fields("Fail"))));
+        out.extend(frame(DATA, END_STREAM, 3, &grpc_message(b"")));
+        assert!(c.feed(&call(op::WRITE, 1_000, &out), true).is_empty());
+        let ok = [(":status", "200"), ("content-type", "application/grpc")];
+        let mut back = resp.headers(1, 0, &ok);
+        back.extend(frame(DATA, 0, 1, &grpc_message(b"one")));
+        assert!(c.feed(&call(op::READ, 200_000, &back), true).is_empty());
+        let mut two = grpc_message(b"two");
+        two.extend(grpc_message(&[0u8; 40]));
+        c.feed(&call(op::READ, 250_000, &frame(DATA, 0, 1, &two)), true);
+        let failed = resp.headers(
+            3,
+            END_STREAM,
+            &[
+                (":status", "200"),
+                ("content-type", "application/grpc"),
+                ("grpc-status", "5"),
+                ("grpc-message", "not%20found"),
+            ],
+        );
+        let done = c.feed(&call(op::READ, 260_000, &failed), true);
+        assert_eq!(done.len(), 1);
+        let trailers = resp.headers(1, END_STREAM, &[("grpc-status", "0")]);
+        let mut all = done;
+        all.extend(c.feed(&call(op::READ, 300_000, &trailers), true));
+        assert_eq!(all.len(), 2);
+        let conn = ConnRecord::new(
+            &observer_common::Conn::default(),
+            None,
+            &Clock::with_offset(0),
+            State::Closed,
+        );
+        let clock = Clock::with_offset(0);
+        let fail = RequestRecord::new(&all[0], None, &conn, &clock, false);
+        let many = RequestRecord::new(&all[1], None, &conn, &clock, false);
+        let rpc = fail.rpc.as_ref().expect("a gRPC call");
+        assert_eq!(rpc.method.as_deref(), Some("Fail"));
+        assert_eq!(
+            (rpc.grpc_status, rpc.grpc_message.as_deref()),
+            (Some(5), Some("not found"))
+        );
+        assert_eq!(
+            (rpc.request_messages, rpc.response_messages),
+            (Some(1), Some(0))
+        );
+        assert_eq!(rpc.time_to_first_message_ns, None);
+        let rpc = many.rpc.as_ref().expect("a gRPC call");
+        assert_eq!(rpc.service.as_deref(), Some("helloworld.Greeter"));
+        assert_eq!(rpc.method.as_deref(), Some("Many"));
+        assert_eq!(
+            (rpc.grpc_status, rpc.grpc_message.as_deref()),
+            (Some(0), None)
+        );
+        assert_eq!(
+            (rpc.request_messages, rpc.response_messages),
+            (Some(1), Some(3))
+        );
+        assert_eq!(rpc.time_to_first_message_ns, Some(199_010));
+        assert_eq!(many.duration_ns, 299_010);
+
+        let spans = request_spans(&fail, &mut Ids::new());
+        assert_eq!(spans[0].name, "helloworld.Greeter/Fail");
+        let attr = |k: &str| {
+            spans[0]
+                .attributes
+                .iter()
+                .find(|a| a.key == k)
+                .and_then(|a| a.value.clone())
+                .and_then(|v| v.value)
+                .map(|v| format!("{v:?}"))
+        };
+        assert_eq!(attr("rpc.system").as_deref(), Some("StringValue(\"grpc\")"));
+        assert_eq!(attr("rpc.grpc.status_code").as_deref(), Some("IntValue(5)"));
+        assert_eq!(
+            spans[0].status.as_ref().map(|s| s.message.as_str()),
+            Some("5"),
+            "a client's non-OK status is an error"
+        );
+        let mut m = Metrics::new(100, 0);
+        m.record_request(&many);
+        m.record_request(&fail);
+        let text = m.prometheus();
+        assert!(
+            text.contains("rpc_client_duration_milliseconds_bucket{rpc_grpc_status_code=\"0\",rpc_method=\"Many\""),
+            "{text}"
+        );
+        assert!(!text.contains("http_client_request_duration"), "{text}");
     }
 
     /// Arbitrary bytes either way (a peer that is not HTTP/2, or copies cut

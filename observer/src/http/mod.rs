@@ -8,6 +8,7 @@
 
 mod conversation;
 mod gen_ai;
+mod grpc;
 mod h2;
 mod head;
 mod record;
@@ -16,7 +17,7 @@ mod scan;
 
 pub use conversation::Conversation;
 pub use h2::H2Counts;
-pub use record::{GenAi, RequestRecord, StreamStats};
+pub use record::{GenAi, RequestRecord, RpcRecord, StreamStats};
 
 /// Payload bytes of an HTTP/2 DATA frame kept for the event and API
 /// scanners: a call copies no more.

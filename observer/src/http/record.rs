@@ -36,6 +36,24 @@ pub struct GenAi {
     pub finish_reason: Option<String>,
 }
 
+/// A gRPC call: the RPC conventions' fields and what its frames showed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RpcRecord {
+    /// Always "grpc".
+    pub system: &'static str,
+    pub service: Option<String>,
+    pub method: Option<String>,
+    /// From the trailers (or a trailers-only answer); null when none came.
+    pub grpc_status: Option<u32>,
+    pub grpc_message: Option<String>,
+    /// Length-prefixed messages each way; null when a prefix fell among
+    /// bytes not copied.
+    pub request_messages: Option<u32>,
+    pub response_messages: Option<u32>,
+    /// Request start -> the first answer message.
+    pub time_to_first_message_ns: Option<u64>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct RequestRecord {
     /// Always "request".
@@ -78,6 +96,8 @@ pub struct RequestRecord {
     pub streamed: bool,
     pub stream: Option<StreamStats>,
     pub gen_ai: Option<GenAi>,
+    /// A gRPC call (null for other requests).
+    pub rpc: Option<RpcRecord>,
     pub gpu: Option<crate::gpu::GpuRecord>,
     /// null, "incomplete" (the connection closed before the answer ended),
     /// "reset", "no response", or for HTTP/2 "reset_stream" (RST_STREAM)
@@ -133,6 +153,16 @@ impl RequestRecord {
             time_to_first_token_ns: after(x.start_ns, x.first_content_ns),
             finish_reason: x.call.finish_reason.clone(),
         });
+        let rpc = x.rpc.as_deref().map(|c| RpcRecord {
+            system: "grpc",
+            service: c.service.clone(),
+            method: c.method.clone(),
+            grpc_status: c.status,
+            grpc_message: c.message.clone(),
+            request_messages: c.messages[0].count(),
+            response_messages: c.messages[1].count(),
+            time_to_first_message_ns: after(x.start_ns, c.first_message_ns),
+        });
         let path = req.and_then(|h| {
             let p = h.path.clone()?;
             Some(match (&h.query, keep_query) {
@@ -175,6 +205,7 @@ impl RequestRecord {
                 || resp.is_some_and(|h| h.framing == super::head::Framing::Chunked),
             stream,
             gen_ai,
+            rpc,
             gpu: None,
             error,
             conn_key: conn.conn_key,
@@ -238,6 +269,15 @@ impl RequestRecord {
                 fmt_ns(g.time_to_first_token_ns),
                 g.input_tokens.map_or("-".into(), |n| n.to_string()),
                 g.output_tokens.map_or("-".into(), |n| n.to_string()),
+            ));
+        }
+        if let Some(r) = &self.rpc {
+            line.push_str(&format!(
+                "; grpc {} messages {} / {}, first {}",
+                r.grpc_status.map_or("-".into(), |s| s.to_string()),
+                r.request_messages.map_or("?".into(), |n| n.to_string()),
+                r.response_messages.map_or("?".into(), |n| n.to_string()),
+                fmt_ns(r.time_to_first_message_ns),
             ));
         }
         if let Some(e) = self.error {
