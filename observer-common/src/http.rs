@@ -110,4 +110,4 @@ pub const DATA_FROM_START: u8 = 1;
 /// From a plain TCP segment (not a TLS library call).
 pub const DATA_PLAIN: u8 = 2;
 
-const _: () = assert!(core::mem::size_of::<PlaintextEvent>() == 16 + 160 + 40 + DATA_CAPTURE);
+const _: () = assert!(core::mem::size_of::<PlaintextEvent>() == 16 + 168 + 40 + DATA_CAPTURE);

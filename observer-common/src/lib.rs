@@ -36,7 +36,7 @@ pub const SRTT_US_OFFSET_GLOBAL: &str = "SRTT_US_OFFSET";
 /// and the errno set); 0 to send it at CLOSE.
 pub const EMIT_AT_DESTROY_GLOBAL: &str = "EMIT_AT_DESTROY";
 
-/// Default number of connections tracked at once (CONNS max_entries). At 160 bytes
+/// Default number of connections tracked at once (CONNS max_entries). At 168 bytes
 /// a value plus the key and LRU bookkeeping this is about 16 MiB of kernel memory.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 65_536;
 /// Default ring buffer size in bytes (a power of two, multiple of the page size).
@@ -116,6 +116,14 @@ pub const FLAG_TLS: u8 = 8;
 /// `Conn::flags`: the TLS connection's socket-level times are all taken, so
 /// its sends and receives need no more TLS work.
 pub const FLAG_TLS_TIMED: u8 = 16;
+/// `Conn::flags`: the connection began before the observer started (or was
+/// evicted from CONNS): tracked from its first packet seen, its start and
+/// connect unknown.
+pub const FLAG_MIDSTREAM: u8 = 32;
+/// `Conn::flags`: a [`FLAG_MIDSTREAM`] connection whose first payload seen
+/// was a TLS record: its owner gets the per-call TLS probes at once (it made
+/// its TLS context before the observer started).
+pub const FLAG_TLS_RECORDS: u8 = 64;
 /// Socket calls (each way together) within which a connection may still be
 /// tied to a TLS session: the handshake is a connection's first I/O, after a
 /// few plaintext exchanges at most (STARTTLS). Past it, sends and receives of
@@ -184,7 +192,13 @@ pub struct Conn {
     pub close_from_state: u32,
     /// Whether a plain connection's payload is HTTP/1.x ([`http`]).
     pub http: u8,
-    pub _pad: [u8; 3],
+    /// A [`FLAG_MIDSTREAM`] connection: payloads looked at that did not
+    /// start an HTTP message or frame (see [`http::MIDSTREAM_LOOKS`]).
+    pub http_looks: u8,
+    pub _pad: [u8; 2],
+    /// The peer's FIN arrived (ESTABLISHED -> CLOSE_WAIT): a request sent
+    /// after it went to a connection the peer had already closed.
+    pub peer_fin_ns: u64,
 }
 
 /// Record for [`EventKind::Owner`].
@@ -273,12 +287,15 @@ pub enum Counter {
     /// Plain HTTP connections whose sequence state could not be stored (map
     /// full): their payload is not copied.
     HttpInsertFailed = 11,
+    /// Connections found established with no record of their start (begun
+    /// before the observer started, or evicted), tracked from then on.
+    Adopted = 12,
 }
 
 pub const COUNTER_SLOTS: u32 = 16;
 
 impl Counter {
-    pub const ALL: [Counter; 12] = [
+    pub const ALL: [Counter; 13] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -291,6 +308,7 @@ impl Counter {
         Counter::DnsSockInsertFailed,
         Counter::HttpBusy,
         Counter::HttpInsertFailed,
+        Counter::Adopted,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -307,6 +325,7 @@ impl Counter {
             Counter::DnsSockInsertFailed => "kernel_dns_sock_insert_failed",
             Counter::HttpBusy => "http_busy_connections",
             Counter::HttpInsertFailed => "kernel_http_insert_failed",
+            Counter::Adopted => "adopted_midstream",
         }
     }
 
@@ -333,8 +352,8 @@ mod pod {
 
 // Layout checks: a change here is a wire-format change on both sides.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
-const _: () = assert!(core::mem::size_of::<Conn>() == 160);
+const _: () = assert!(core::mem::size_of::<Conn>() == 168);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);
-const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 160 + 120);
+const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 168 + 120);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 24 + EXEC_PATH_LEN);

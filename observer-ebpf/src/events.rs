@@ -193,6 +193,23 @@ pub fn is_http(start: u32) -> bool {
     HTTP_STARTS.contains(&start) || start & SETTINGS_MASK == SETTINGS_START
 }
 
+/// Whether a call or payload that starts with these nine bytes starts an
+/// HTTP/2 HEADERS or DATA frame on a client-or-server stream: how a
+/// connection first seen mid-way (no preface) shows it speaks HTTP/2.
+#[inline(always)]
+pub fn is_h2_frame(h: &[u8; 9]) -> bool {
+    let len = u32::from(h[0]) << 16 | u32::from(h[1]) << 8 | u32::from(h[2]);
+    let flags_ok = match h[3] {
+        // END_STREAM, END_HEADERS, PADDED, PRIORITY.
+        1 => h[4] & !0x2d == 0,
+        // END_STREAM, PADDED.
+        0 => h[4] & !0x09 == 0,
+        _ => false,
+    };
+    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]);
+    flags_ok && len >= 1 && len <= 16_384 && stream != 0 && stream & 0x8000_0000 == 0
+}
+
 /// Copies `size` (at most [`DATA_CAPTURE`] - `at`) bytes of user memory at
 /// `src` into the record's data at `at`.
 #[inline(always)]
@@ -266,7 +283,11 @@ pub fn emit_tls_plaintext(
         let start = unsafe {
             u32::from_le_bytes([(*ev).data[0], (*ev).data[1], (*ev).data[2], (*ev).data[3]])
         };
-        if n >= 4 && is_http(start) {
+        // SAFETY: as above; nine bytes read when the call moved as many.
+        let h2 = !from_start
+            && n >= 9
+            && is_h2_frame(unsafe { &*(*ev).data.as_ptr().cast::<[u8; 9]>() });
+        if (n >= 4 && is_http(start)) || h2 {
             tls.http = http::YES;
         } else if from_start {
             tls.http = http::NO;

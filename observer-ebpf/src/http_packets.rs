@@ -8,6 +8,12 @@
 //! plaintext). A segment's payload goes up whole to DATA_CAPTURE bytes, else
 //! its first and last halves; retransmitted bytes are skipped by sequence
 //! number, so a request is never seen twice.
+//!
+//! A connection established before the observer started has no CONNS entry:
+//! its first packet with a payload adopts it (marked FLAG_MIDSTREAM), so its
+//! later requests and HTTP/2 streams, and the TLS probes' plaintext, are
+//! followed like any other's (a TLS one's owner is announced for the
+//! per-call probes at its first socket call: see `sock_length`).
 
 use aya_ebpf::{
     bindings::{bpf_sock, BPF_SK_STORAGE_GET_F_CREATE},
@@ -23,15 +29,17 @@ use observer_common::{
         self, HttpSock, PlaintextEvent, BUSY_SEGMENTS, DATA_CAPTURE, DATA_FROM_START, DATA_HALF,
         DATA_PLAIN, MAX_HTTP_SOCKS,
     },
+    tcp_state,
     tls::{op, RATE_WINDOW_NS},
-    Counter, EventKind, FLAG_TLS, IPPROTO_TCP,
+    Conn, Counter, EventKind, AF_INET, AF_INET6, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED,
+    FLAG_MIDSTREAM, FLAG_TLS, FLAG_TLS_RECORDS, IPPROTO_TCP,
 };
 
 use crate::{
     cgroup_skb::layers,
     ctx::now_ns,
-    events::{is_http, reserve, submit_flags},
-    maps::{count, CONNS},
+    events::{is_h2_frame, is_http, reserve, submit_flags},
+    maps::{count, CONNS, OWN_SOCKS},
 };
 
 /// Sequence numbers and copy rate of each plain HTTP/1.x connection.
@@ -102,11 +110,11 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         return None;
     }
     let key = sk as u64;
-    let conn = CONNS.get_ptr_mut(&key)?;
-    // SAFETY: a live map value, valid for this program run.
-    let conn = unsafe { &mut *conn };
-    if conn.http == http::NO || conn.flags & FLAG_TLS != 0 {
-        skip(sk);
+    let tracked = CONNS.get_ptr_mut(&key);
+    // SAFETY: the packet's socket, checked non-null; its common fields are
+    // readable from this program.
+    let (state, family) = unsafe { ((*sk).state, (*sk).family) };
+    if tracked.is_none() && (state != tcp_state::ESTABLISHED as u32 || !ip_family(family)) {
         return None;
     }
     let l = layers(ctx)?;
@@ -121,6 +129,23 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         return None;
     }
     let len = total - payload;
+    let conn = match tracked {
+        Some(c) => c,
+        None => {
+            // A TLS record: content type 20-23, then version 3.x.
+            let tls = ctx
+                .load::<[u8; 2]>(payload)
+                .is_ok_and(|b| (20..=23).contains(&b[0]) && b[1] == 3);
+            adopt(sk, key, family, tls)?
+        }
+    };
+    // SAFETY: a live map value, valid for this program run.
+    let conn = unsafe { &mut *conn };
+    if conn.http == http::NO || conn.flags & FLAG_TLS != 0 {
+        skip(sk);
+        return None;
+    }
+    let midstream = conn.flags & FLAG_MIDSTREAM != 0;
     let seq = u32::from_be_bytes(ctx.load::<[u8; 4]>(l.l4 + 4).ok()?);
     let dir = usize::from(!egress);
     let first = conn.http == http::UNKNOWN;
@@ -132,9 +157,15 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         } else {
             u32::from_le_bytes(ctx.load::<[u8; 4]>(payload).ok()?)
         };
-        if !is_http(start) {
-            conn.http = http::NO;
-            skip(sk);
+        let h2 = midstream && len >= 9 && is_h2_frame(&ctx.load::<[u8; 9]>(payload).ok()?);
+        if !is_http(start) && !h2 {
+            // A connection first seen mid-way may first show the rest of an
+            // answer; the next request tells.
+            conn.http_looks = conn.http_looks.saturating_add(1);
+            if !midstream || conn.http_looks >= http::MIDSTREAM_LOOKS {
+                conn.http = http::NO;
+                skip(sk);
+            }
             return None;
         }
         let mut st = HttpSock {
@@ -187,7 +218,7 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         (*ev).ret_ns = now;
         (*ev).len = len as u32;
         (*ev).op = if egress { op::WRITE } else { op::READ };
-        let from_start = first && conn.bytes_tx == 0 && conn.bytes_rx == 0;
+        let from_start = first && !midstream && conn.bytes_tx == 0 && conn.bytes_rx == 0;
         (*ev).flags = DATA_PLAIN | if from_start { DATA_FROM_START } else { 0 };
         (*ev).hs_start_ns = 0;
         (*ev).hs_end_ns = 0;
@@ -206,4 +237,58 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         entry.discard(0);
     }
     Some(())
+}
+
+#[inline(always)]
+fn ip_family(family: u32) -> bool {
+    family == u32::from(AF_INET) || family == u32::from(AF_INET6)
+}
+
+/// Starts tracking an established connection that has no CONNS entry (begun
+/// before the observer started, or evicted): its owner is claimed at its
+/// next socket call (`sock_length`), as an accepted connection's is. Which
+/// end is the client is a guess from the ports here (the lower one is taken
+/// for the server's); userspace corrects it from the first request it sees.
+#[inline(always)]
+fn adopt(sk: *mut bpf_sock, key: u64, family: u32, tls: bool) -> Option<*mut Conn> {
+    if OWN_SOCKS.get_ptr(&key).is_some() {
+        skip(sk);
+        return None;
+    }
+    let mut c = Conn {
+        sk: key,
+        start_ns: now_ns(),
+        family: family as u16,
+        flags: FLAG_ESTABLISHED | FLAG_MIDSTREAM | if tls { FLAG_TLS_RECORDS } else { 0 },
+        ..Conn::default()
+    };
+    // SAFETY: the packet's socket (non-null); its common fields are readable.
+    unsafe {
+        c.sport = (*sk).src_port as u16;
+        c.dport = u16::from_be((*sk).dst_port);
+        if family == u32::from(AF_INET) {
+            c.saddr[..4].copy_from_slice(&(*sk).src_ip4.to_ne_bytes());
+            c.daddr[..4].copy_from_slice(&(*sk).dst_ip4.to_ne_bytes());
+        } else {
+            for i in 0..4 {
+                c.saddr[i * 4..i * 4 + 4].copy_from_slice(&(*sk).src_ip6[i].to_ne_bytes());
+                c.daddr[i * 4..i * 4 + 4].copy_from_slice(&(*sk).dst_ip6[i].to_ne_bytes());
+            }
+        }
+    }
+    c.direction = if c.sport < c.dport {
+        DIR_INBOUND
+    } else {
+        DIR_OUTBOUND
+    };
+    if CONNS
+        .insert(&key, &c, u64::from(aya_ebpf::bindings::BPF_NOEXIST))
+        .is_err()
+    {
+        count(Counter::ConnInsertFailed);
+        skip(sk);
+        return None;
+    }
+    count(Counter::Adopted);
+    CONNS.get_ptr_mut(&key)
 }

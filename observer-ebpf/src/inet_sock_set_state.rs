@@ -44,7 +44,7 @@ fn try_inet_sock_set_state(ctx: &TracePointContext) -> Option<()> {
         (SYN_SENT, ESTABLISHED) => on_established(ctx, sk),
         (SYN_RECV, ESTABLISHED) => on_accepted(ctx, sk),
         (_, CLOSE) => on_close(ctx, sk, old),
-        (ESTABLISHED, _) => on_closing(sk),
+        (ESTABLISHED, _) => on_closing(sk, new),
         _ => None,
     }
 }
@@ -132,11 +132,17 @@ fn track(sk: u64, conn: &Conn, opened: Counter, now: u64) -> Option<()> {
 }
 
 /// Leaving ESTABLISHED (FIN sent or received): keep the RTT the connection had
-/// while it carried data, before the FIN exchange adds its own samples.
-fn on_closing(sk: u64) -> Option<()> {
+/// while it carried data, before the FIN exchange adds its own samples; the
+/// peer's FIN (CLOSE_WAIT) is when it stopped taking requests.
+fn on_closing(sk: u64, new: i32) -> Option<()> {
     let conn = CONNS.get_ptr_mut(&sk)?;
     // SAFETY: a pointer into a map value, valid for this program run.
-    unsafe { (*conn).srtt_us = sk_srtt_us(sk) };
+    unsafe {
+        (*conn).srtt_us = sk_srtt_us(sk);
+        if new == CLOSE_WAIT {
+            (*conn).peer_fin_ns = now_ns();
+        }
+    }
     Some(())
 }
 

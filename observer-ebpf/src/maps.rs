@@ -21,6 +21,12 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 #[map(name = "CONNS")]
 pub static CONNS: LruHashMap<u64, Conn> = LruHashMap::with_max_entries(DEFAULT_MAX_CONNECTIONS, 0);
 
+/// The observer's own sockets, dropped from CONNS when they were claimed:
+/// the packet programs must not take them for connections begun before the
+/// observer started.
+#[map(name = "OWN_SOCKS")]
+pub static OWN_SOCKS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(1024, 0);
+
 #[map(name = "COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 

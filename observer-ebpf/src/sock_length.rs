@@ -13,12 +13,14 @@ use aya_ebpf::{
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use observer_common::{Conn, FLAG_OWNED, FLAG_TLS, FLAG_TLS_TIMED, TLS_BIND_CALLS};
+use observer_common::{
+    Conn, FLAG_OWNED, FLAG_TLS, FLAG_TLS_RECORDS, FLAG_TLS_TIMED, TLS_BIND_CALLS,
+};
 
 use crate::{
     ctx::now_ns,
     events::{emit_owner, sk_srtt_us},
-    maps::{own_tgid, CONNS},
+    maps::{own_tgid, CONNS, OWN_SOCKS},
     tls_state,
 };
 
@@ -93,6 +95,7 @@ fn claim(sk: u64, conn: &mut Conn, now: u64) -> bool {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if tgid == own_tgid() {
+        let _ = OWN_SOCKS.insert(&sk, &0, 0);
         let _ = CONNS.remove(&sk);
         return false;
     }
@@ -100,6 +103,11 @@ fn claim(sk: u64, conn: &mut Conn, now: u64) -> bool {
     conn.tid = pid_tgid as u32;
     conn.comm = bpf_get_current_comm().unwrap_or_default();
     conn.flags |= FLAG_OWNED;
+    if conn.flags & FLAG_TLS_RECORDS != 0 {
+        // Its TLS context was made before the observer started: the
+        // per-call probes would otherwise never come for it.
+        tls_state::announce_tgid(tgid, now);
+    }
     emit_owner(sk, conn, now);
     true
 }

@@ -49,6 +49,12 @@ fn announce(tgid: u32, library: u8, now: u64) {
     }
 }
 
+/// A process whose TLS connection began before the observer started.
+#[inline(always)]
+pub fn announce_tgid(tgid: u32, now: u64) {
+    announce(tgid, 0, now);
+}
+
 /// A process about to use TLS (it made a TLS context).
 #[inline(always)]
 pub fn announce_process(library: u8) -> Option<()> {

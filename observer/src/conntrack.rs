@@ -112,12 +112,15 @@ impl ConnTable {
 
     fn http_data(&mut self, ev: &observer_common::http::PlaintextEvent) {
         let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
-        let done = self.http.entry(ev.conn.sk).or_default().feed(ev, outbound);
+        let talk = self.http.entry(ev.conn.sk).or_default();
+        let done = talk.feed(ev, outbound);
         if done.is_empty() {
             return;
         }
+        let owner_is_client = talk.owner_is_client;
         let live = self.live.get(&ev.conn.sk);
         let mut conn = ConnRecord::new(&ev.conn, live.map(|l| &l.owner), &self.clock, State::Open);
+        set_direction(&mut conn, owner_is_client);
         // The first request's trace shows the connection's phases.
         if done.iter().any(|x| x.index == Some(1)) {
             if ev.hs_end_ns != 0 {
@@ -246,6 +249,7 @@ impl ConnTable {
                     State::Closed,
                 );
                 if let Some(mut c) = self.http.remove(&conn.sk) {
+                    set_direction(&mut r, c.owner_is_client);
                     self.http_orphans_closed += c.orphans;
                     if let Some(h2) = &c.h2 {
                         self.h2_losses_closed.0 += h2.undecodable;
@@ -354,6 +358,7 @@ impl ConnTable {
                     if now_ns.saturating_sub(conn.start_ns) >= interval_ns {
                         live.last_snapshot_ns = now_ns;
                         let mut r = snapshot(kernel, &conn, live, &self.clock, State::Open);
+                        set_direction(&mut r, self.http.get(&sk).and_then(|c| c.owner_is_client));
                         join_dns(&mut self.lookups, &mut r);
                         r.http2 = self
                             .http
@@ -393,6 +398,7 @@ impl ConnTable {
                         State::Open
                     };
                     let mut r = snapshot(kernel, &conn, &live, &self.clock, state);
+                    set_direction(&mut r, self.http.get(&sk).and_then(|c| c.owner_is_client));
                     join_dns(&mut self.lookups, &mut r);
                     r.http2 = self
                         .http
@@ -405,6 +411,19 @@ impl ConnTable {
         }
         out.sort_by_key(|r| r.start_unix_ns);
         out
+    }
+}
+
+/// A connection first seen mid-way has the direction its requests showed
+/// (the kernel's is a guess from the ports).
+fn set_direction(r: &mut ConnRecord, owner_is_client: Option<bool>) {
+    use crate::record::Direction;
+    if let Some(client) = owner_is_client {
+        r.direction = if client {
+            Direction::Outbound
+        } else {
+            Direction::Inbound
+        };
     }
 }
 

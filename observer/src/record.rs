@@ -8,7 +8,9 @@ use std::{
     sync::Arc,
 };
 
-use observer_common::{Conn, AF_INET6, DIR_INBOUND, FLAG_ESTABLISHED, FLAG_OWNED, FLAG_RESET_RX};
+use observer_common::{
+    Conn, AF_INET6, DIR_INBOUND, FLAG_ESTABLISHED, FLAG_MIDSTREAM, FLAG_OWNED, FLAG_RESET_RX,
+};
 use serde::Serialize;
 
 use crate::clock::Clock;
@@ -92,12 +94,19 @@ pub struct ConnRecord {
     /// HTTP/2 connections: streams, resets and GOAWAYs seen, and what could
     /// not be read (null: not HTTP/2, or its plaintext was not seen).
     pub http2: Option<crate::http::H2Counts>,
+    /// The connection was established before the observer started (or
+    /// fell out of its table): followed from its first packet seen, which
+    /// is `start_unix_ns`; its connect and first bytes are unknown (null).
+    pub began_before_observer: bool,
     /// Wall-clock times of the first byte each way, for the exporters' spans
     /// (the JSON carries the durations).
     #[serde(skip)]
     pub first_tx_unix_ns: Option<u64>,
     #[serde(skip)]
     pub first_rx_unix_ns: Option<u64>,
+    /// When the peer's FIN arrived (the peer closed first).
+    #[serde(skip)]
+    pub peer_fin_unix_ns: Option<u64>,
     /// The connection's identity for trace ids shared by its records (its
     /// socket and start: a socket's address is reused by later connections).
     #[serde(skip)]
@@ -200,7 +209,9 @@ impl ConnRecord {
             }
             None => (None, None, None, None, None),
         };
+        let midstream = conn.flags & FLAG_MIDSTREAM != 0;
         let ttfb_ns = match direction {
+            _ if midstream => None,
             Direction::Outbound => span(conn.first_tx_ns, conn.first_rx_ns),
             Direction::Inbound => span(conn.first_rx_ns, conn.first_tx_ns),
         };
@@ -242,8 +253,10 @@ impl ConnRecord {
             gpu: None,
             dns: None,
             http2: None,
+            began_before_observer: midstream,
             first_tx_unix_ns: (conn.first_tx_ns != 0).then(|| clock.to_unix_ns(conn.first_tx_ns)),
             first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),
+            peer_fin_unix_ns: (conn.peer_fin_ns != 0).then(|| clock.to_unix_ns(conn.peer_fin_ns)),
             conn_key: conn.sk ^ conn.start_ns.rotate_left(32),
         }
     }

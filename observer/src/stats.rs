@@ -63,6 +63,9 @@ pub struct Summary {
     pub filtered: u64,
     pub outbound_opened: u64,
     pub inbound_opened: u64,
+    /// Connections found established with no record of their start (begun
+    /// before the observer started, or evicted), followed from then on.
+    pub adopted_midstream: u64,
     /// Losses by stage.
     pub dropped: Dropped,
     pub decode_errors: u64,

@@ -265,6 +265,7 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         filtered: Stats::get(&stats.filtered),
         outbound_opened: k(Counter::OutboundOpened),
         inbound_opened: k(Counter::InboundOpened),
+        adopted_midstream: k(Counter::Adopted),
         dropped: Dropped {
             kernel_ring: k(Counter::RingFull),
             kernel_missed: prog_stats.iter().map(|p| p.recursion_misses).sum(),

@@ -7,7 +7,10 @@
 
 #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
-use std::process::Command;
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+};
 
 use serde_json::Value;
 use tests::*;
@@ -445,4 +448,91 @@ fn grpcio_unary_streaming_and_failing_calls() {
         };
         assert!(of("inbound") <= of("outbound"), "{method}");
     }
+}
+
+/// HTTP/2 connections begun before the observer started (httpx: one over
+/// TLS, one cleartext with prior knowledge, both through nginx), each used
+/// once before and four times after. The first packet after the start
+/// adopts a connection; a TLS one's process gets its per-call probes at its
+/// first socket call then (15-22 ms to attach), so the first request after
+/// may be missed: the last three streams must be records on both sides,
+/// timed inside httpx's own clock, not numbered; a header block either
+/// decodes to what was sent or is marked undecodable (HPACK entries the
+/// earlier requests added were never seen), never guessed. The client's
+/// connection records say `began_before_observer`.
+#[test]
+fn connections_begun_before_the_observer() {
+    let Some(_serial) = begin("http2_before", &["openssl", "python3", "nginx"]) else {
+        return;
+    };
+    let Some(python) = h2_python("http2_before") else {
+        return;
+    };
+    let cert = Cert::new();
+    let backend = llm_server(None, FIRST_MS, 10.0, 1);
+    let (port, plain) = (free_port(), free_port());
+    let _nginx = nginx_h2(&cert, port, plain, backend.port);
+    let mut client = Command::new(python)
+        .arg(helper("pooled_h2.py"))
+        .arg(format!("https://127.0.0.1:{port}"))
+        .arg(format!("http://127.0.0.1:{plain}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "READY");
+    let w = Watch::start(&["--port", &port.to_string(), "--port", &plain.to_string()]);
+    writeln!(client.stdin.take().unwrap(), "go").unwrap();
+    let own: Vec<Value> = lines
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(client.wait().unwrap().success());
+    let out = w.stop();
+    assert_eq!(own.len(), 8, "{own:?}");
+    for name in ["tls", "plain"] {
+        let mine: Vec<&Value> = own.iter().filter(|o| o["client"] == name).collect();
+        let cport = &mine[0]["local_port"];
+        assert!(mine.iter().all(|o| &o["local_port"] == cport), "{own:?}");
+        let mine = &mine[1..];
+        let later = |dir: &str| -> Vec<&Value> {
+            let r = out.requests_on(cport, dir);
+            r.into_iter()
+                .filter(|x| mine.iter().any(|o| o["stream_id"] == x["stream_id"]))
+                .collect()
+        };
+        let (client, server) = (later("outbound"), later("inbound"));
+        assert_eq!(client.len(), 3, "{name}: {:#?}", out.requests);
+        assert_eq!(server.len(), 3, "{name}: {:#?}", out.requests);
+        for (i, ((c, s), o)) in client.iter().zip(&server).zip(mine).enumerate() {
+            for x in [c, s] {
+                assert_eq!(x["protocol"], "h2", "{x:#}");
+                assert_eq!(x["stream_id"], o["stream_id"], "{x:#}");
+                assert_eq!(x["request_index"], Value::Null, "{x:#}");
+                assert_eq!(x["error"], Value::Null, "{x:#}");
+                if x["headers_undecodable"] == false {
+                    assert_eq!(x["path"], format!("/after/{}", i + 1), "{x:#}");
+                    assert_eq!(x["status"], 200, "{x:#}");
+                } else {
+                    assert_eq!(x["path"], Value::Null, "{x:#}");
+                }
+            }
+            assert_eq!(s["comm"], "nginx");
+        }
+        let own_ms: Vec<f64> = mine
+            .iter()
+            .map(|o| o["ttfb_ms"].as_f64().unwrap())
+            .collect();
+        times_agree(name, &client, &server, &own_ms, 8.0);
+        let conn = out
+            .records
+            .iter()
+            .find(|r| r["kind"] == "connection" && &r["local_port"] == cport)
+            .unwrap_or_else(|| panic!("{name}: no connection record: {:#?}", out.records));
+        assert_eq!(conn["began_before_observer"], true, "{conn:#}");
+        assert_eq!(conn["direction"], "outbound", "{conn:#}");
+        assert_eq!(conn["connect_ns"], Value::Null, "{conn:#}");
+    }
+    let adopted = &out.summary()["adopted_midstream"];
+    assert!(adopted.as_u64().unwrap() >= 4, "{adopted}");
 }

@@ -642,3 +642,30 @@ fn the_query_is_kept_when_asked() {
         assert_eq!(r[0]["path"], "/v1/models?limit=5&after=m-1", "{direction}");
     }
 }
+
+/// A client that sends a request on a keep-alive connection the server had
+/// already closed (its FIN came 250 ms before): the first request is whole,
+/// the second says "peer_closed" (the classic reuse of a stale pooled
+/// connection), not a bare "no response".
+#[test]
+fn a_request_sent_after_the_peer_closed() {
+    let Some(_serial) = begin("requests_peer_closed", &["python3"]) else {
+        return;
+    };
+    // The server's port is not known before it runs: all plain HTTP is
+    // watched, and the client's records found by its port.
+    let w = Watch::start(&[]);
+    let own = run_json_lines(Command::new("python3").arg(helper("peer_closed.py")));
+    let out = w.stop();
+    assert_eq!(own.len(), 1, "{own:?}");
+    let own = &own[0];
+    assert_eq!(own["first_status"], 200, "{own}");
+    let r = out.requests_on(&own["local_port"], "outbound");
+    assert_eq!(r.len(), 2, "{:#?}", out.requests);
+    assert_eq!(r[0]["path"], "/first");
+    assert_eq!(r[0]["status"], 200);
+    assert_eq!(r[0]["error"], Value::Null, "{:#}", r[0]);
+    assert_eq!(r[1]["path"], "/second");
+    assert_eq!(r[1]["status"], Value::Null, "{:#}", r[1]);
+    assert_eq!(r[1]["error"], "peer_closed", "{:#}", r[1]);
+}

@@ -10,12 +10,13 @@
 use observer_common::{
     http::{PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
     tls::op,
+    FLAG_MIDSTREAM,
 };
 
 use super::{
     gen_ai::{self, carries_content, Call},
     grpc::Rpc,
-    h2::{frame_header, H2, PREFACE},
+    h2::{frame_header, headers_of_request, H2, PREFACE},
     head::{self, Framing, Head},
     scan::sse_events,
 };
@@ -110,6 +111,24 @@ pub struct Conversation {
     pub orphans: u64,
     /// From the client's preface on: an HTTP/2 connection.
     pub h2: Option<Box<H2>>,
+    /// A connection first seen mid-way: whether its owner is the client,
+    /// from the first call that shows it (its direction in the kernel is a
+    /// guess from the ports).
+    pub owner_is_client: Option<bool>,
+}
+
+/// Whether the owner of a connection first seen mid-way is the client, from
+/// a call that starts a request or an answer (None: this one does not tell).
+fn owner_is_client(ev: &PlaintextEvent) -> Option<bool> {
+    let b = pieces(ev).0;
+    let writer_is_client = headers_of_request(b).or_else(|| {
+        if head::request(b).is_some() {
+            Some(true)
+        } else {
+            b.starts_with(b"HTTP/1.").then_some(false)
+        }
+    })?;
+    Some(writer_is_client == (ev.op == op::WRITE))
 }
 
 /// The contiguous pieces of a call's bytes that were copied.
@@ -140,18 +159,30 @@ fn starts_h2(b: &[u8], request_dir: bool) -> bool {
 
 impl Conversation {
     /// Takes one call's bytes; returns the exchanges it completed.
-    pub fn feed(&mut self, ev: &PlaintextEvent, outbound: bool) -> Vec<Exchange> {
+    pub fn feed(&mut self, ev: &PlaintextEvent, mut outbound: bool) -> Vec<Exchange> {
         let wrote = ev.op == op::WRITE;
         let mut done = Vec::new();
+        let midstream = ev.conn.flags & FLAG_MIDSTREAM != 0;
+        if midstream {
+            if self.owner_is_client.is_none() {
+                self.owner_is_client = owner_is_client(ev);
+            }
+            // Until a call shows which end asks, nothing can be read.
+            let Some(client) = self.owner_is_client else {
+                return done;
+            };
+            outbound = client;
+        }
         let from_start = *self
             .from_start
             .get_or_insert(ev.flags & DATA_FROM_START != 0);
-        if self.h2.is_none()
-            && self.requests == 0
-            && self.current.is_none()
-            && starts_h2(pieces(ev).0, wrote == outbound)
-        {
-            self.h2 = Some(Box::new(H2::new(from_start)));
+        if self.h2.is_none() && self.requests == 0 && self.current.is_none() {
+            let first = pieces(ev).0;
+            if starts_h2(first, wrote == outbound) {
+                self.h2 = Some(Box::new(H2::new(from_start)));
+            } else if midstream && headers_of_request(first).is_some() {
+                self.h2 = Some(Box::new(H2::midstream()));
+            }
         }
         if let Some(h2) = &mut self.h2 {
             return h2.feed(ev, outbound);

@@ -6,9 +6,15 @@
 //! Calls longer than `DATA_CAPTURE` arrive as their first and last halves;
 //! frame lengths carry the reader across the uncopied middle when it lies
 //! inside one frame's payload. When a frame header falls in it, the reader
-//! is out of step until a later call starts with a plausible frame header,
-//! and a header block that was not seen whole leaves that direction's HPACK
-//! table unknown: later header blocks are marked undecodable, never guessed.
+//! is out of step until a later call starts with a plausible frame header.
+//!
+//! A header block that was not seen whole, or that referred to a table
+//! entry we never saw, starts that direction's HPACK table afresh. HPACK
+//! numbers dynamic entries from the newest, so the entries added since then
+//! keep their true indexes: a later block that refers only to them (or to
+//! the static table) decodes right, and one that refers further back fails
+//! and is marked undecodable, never guessed. The same holds for a
+//! connection first seen mid-way (begun before the observer started).
 
 use std::collections::BTreeMap;
 
@@ -218,21 +224,26 @@ struct Frame {
 struct Direction {
     reader: Reader,
     hpack: loona_hpack::Decoder<'static>,
-    /// A header block was missed: the table is unknown from there on.
-    table_unknown: bool,
     frame: Option<Frame>,
     /// A header block in progress (HEADERS without END_HEADERS so far).
     block: Option<(u32, u8, Vec<u8>, bool)>,
 }
 
+fn decoder() -> loona_hpack::Decoder<'static> {
+    let mut hpack = loona_hpack::Decoder::new();
+    hpack.set_max_allowed_table_size(MAX_TABLE);
+    hpack
+}
+
 impl Direction {
+    fn forget_table(&mut self) {
+        self.hpack = decoder();
+    }
+
     fn new(preface: usize) -> Self {
-        let mut hpack = loona_hpack::Decoder::new();
-        hpack.set_max_allowed_table_size(MAX_TABLE);
         Direction {
             reader: Reader::new(preface),
-            hpack,
-            table_unknown: false,
+            hpack: decoder(),
             frame: None,
             block: None,
         }
@@ -251,6 +262,9 @@ pub struct H2 {
     requests: u32,
     /// GOAWAY frames seen, either way.
     pub goaways: u32,
+    /// The last stream id of a GOAWAY the server sent: a stream the client
+    /// begins above it will not be processed.
+    server_goaway: Option<u32>,
     /// RST_STREAM frames seen, either way.
     pub resets: u32,
     /// Header blocks that could not be decoded.
@@ -296,10 +310,23 @@ impl H2 {
             from_start,
             requests: 0,
             goaways: 0,
+            server_goaway: None,
             resets: 0,
             undecodable: 0,
             lost: 0,
         }
+    }
+
+    /// A connection first seen mid-way (no preface): each direction out of
+    /// step until a call starts with a plausible frame header; streams are
+    /// not numbered.
+    pub fn midstream() -> Self {
+        let mut h = H2::new(false);
+        h.dirs[0].reader = Reader::new(0);
+        for d in &mut h.dirs {
+            d.reader.lost = true;
+        }
+        h
     }
 
     /// Takes one call's bytes; returns the streams it ended.
@@ -384,7 +411,7 @@ impl H2 {
                 }
                 Item::Lost => {
                     // Header blocks among the uncopied bytes moved the table.
-                    dir.table_unknown = true;
+                    dir.forget_table();
                     dir.block = None;
                 }
                 Item::End => {
@@ -436,20 +463,15 @@ impl H2 {
             return None;
         }
         let (stream, flags, block, whole) = dir.block.take()?;
-        if !whole {
-            dir.table_unknown = true;
-        }
-        let fields = if dir.table_unknown {
-            None
+        let fields = if whole {
+            dir.hpack.decode(&block).ok()
         } else {
-            match dir.hpack.decode(&block) {
-                Ok(fields) => Some(fields),
-                Err(_) => {
-                    dir.table_unknown = true;
-                    None
-                }
-            }
+            None
         };
+        if fields.is_none() {
+            // What the block added to the peer's table is not known.
+            dir.forget_table();
+        }
         if fields.is_none() {
             *undecodable += 1;
         }
@@ -473,6 +495,9 @@ impl H2 {
                 let last = f.kept.get(..4).map_or(u32::MAX, |b| {
                     u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff
                 });
+                if !request_dir {
+                    self.server_goaway = Some(last);
+                }
                 // Streams above the last one the sender processed never will
                 // be: they end here. A server's GOAWAY names client streams,
                 // whose ids are odd.
@@ -520,21 +545,25 @@ impl H2 {
                 .as_ref()
                 .filter(|h| grpc::is_grpc(h.content_type.as_deref()))
                 .map(|h| Box::new(Rpc::new(h.path.as_deref())));
-            self.streams.insert(
-                f.stream,
-                Exchange {
-                    index: self.from_start.then_some(self.requests),
-                    stream_id: Some(f.stream),
-                    headers_undecodable: f.fields.is_none(),
-                    request: head,
-                    start_ns: t,
-                    last_ns: end_t,
-                    request_bytes: frame_bytes,
-                    api,
-                    rpc,
-                    ..Exchange::default()
-                },
-            );
+            let mut x = Exchange {
+                index: self.from_start.then_some(self.requests),
+                stream_id: Some(f.stream),
+                headers_undecodable: f.fields.is_none(),
+                request: head,
+                start_ns: t,
+                last_ns: end_t,
+                request_bytes: frame_bytes,
+                api,
+                rpc,
+                ..Exchange::default()
+            };
+            if self.server_goaway.is_some_and(|last| f.stream > last) {
+                // Begun after the server's GOAWAY: it will never be answered.
+                x.error = Some("goaway");
+                done.push(x);
+            } else {
+                self.streams.insert(f.stream, x);
+            }
             return;
         }
         let Some(x) = self.streams.get_mut(&f.stream) else {
@@ -625,6 +654,39 @@ impl H2 {
     /// The connection closed: streams in flight end.
     pub fn close(&mut self) -> Vec<Exchange> {
         std::mem::take(&mut self.streams).into_values().collect()
+    }
+}
+
+/// Whether bytes that start with a HEADERS frame carry a request (its block
+/// opens with `:method`, `:path`, `:scheme` or `:authority`: true) or an
+/// answer (`:status`: false), read from the first field's static index
+/// (pseudo-header fields come first, and name themselves by index in every
+/// encoder seen). None: not a HEADERS frame, or not telling.
+pub(super) fn headers_of_request(b: &[u8]) -> Option<bool> {
+    if b.len() < 10 || b[3] != HEADERS {
+        return None;
+    }
+    let mut at = 9;
+    if b[4] & PADDED != 0 {
+        at += 1;
+    }
+    if b[4] & PRIORITY != 0 {
+        at += 5;
+    }
+    let first = *b.get(at)?;
+    let index = match first {
+        // Indexed field; literal with incremental indexing.
+        _ if first & 0x80 != 0 => first & 0x7f,
+        _ if first & 0xc0 == 0x40 => first & 0x3f,
+        // A dynamic table size update first: not telling.
+        _ if first & 0xe0 == 0x20 => return None,
+        // Literal without indexing, or never indexed.
+        _ => first & 0x0f,
+    };
+    match index {
+        1..=7 => Some(true),
+        8..=14 => Some(false),
+        _ => None,
     }
 }
 
@@ -930,6 +992,30 @@ mod tests {
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].0.stream_id, Some(1));
         assert!(left[0].1.is_some());
+    }
+
+    /// A stream begun after the server's GOAWAY (the client had not read it
+    /// yet) will never be answered: it ends at once with "goaway".
+    #[test]
+    fn a_stream_begun_after_goaway() {
+        let mut c = Conversation::default();
+        let mut req = Peer::new();
+        let mut out = PREFACE.to_vec();
+        out.extend(req.headers(1, END_STREAM, &fields(&get("/a"))));
+        c.feed(&call(op::WRITE, 1_000, &out), true);
+        let mut away = 1u32.to_be_bytes().to_vec();
+        away.extend(0u32.to_be_bytes());
+        assert!(c
+            .feed(&call(op::READ, 5_000, &frame(GOAWAY, 0, 0, &away)), true)
+            .is_empty());
+        let late = req.headers(3, END_STREAM, &fields(&get("/late")));
+        let done = c.feed(&call(op::WRITE, 6_000, &late), true);
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (done[0].stream_id, done[0].error),
+            (Some(3), Some("goaway"))
+        );
+        assert_eq!(c.close().len(), 1, "stream 1 is still in flight");
     }
 
     /// nginx writes its SETTINGS as soon as the handshake is done, before it

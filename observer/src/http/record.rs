@@ -100,8 +100,10 @@ pub struct RequestRecord {
     pub rpc: Option<RpcRecord>,
     pub gpu: Option<crate::gpu::GpuRecord>,
     /// null, "incomplete" (the connection closed before the answer ended),
-    /// "reset", "no response", or for HTTP/2 "reset_stream" (RST_STREAM)
-    /// and "goaway" (the peer's GOAWAY left the stream unprocessed).
+    /// "reset", "no response", "peer_closed" (sent after the peer had
+    /// closed the connection: no answer came), or for HTTP/2
+    /// "reset_stream" (RST_STREAM) and "goaway" (the peer's GOAWAY left the
+    /// stream unprocessed, or came before it was sent).
     pub error: Option<&'static str>,
     /// The connection's identity (see [`ConnRecord::conn_key`]): its first
     /// request's trace is the one later requests link to.
@@ -129,9 +131,14 @@ impl RequestRecord {
         let req = x.request.as_ref();
         let resp = x.response.as_ref();
         let end_ns = x.last_ns.max(x.start_ns);
+        // Sent after the peer's FIN: to a connection it had already closed.
+        let sent_after_close = conn
+            .peer_fin_unix_ns
+            .is_some_and(|fin| clock.to_unix_ns(x.start_ns) >= fin);
         let error = match (cut, resp) {
             _ if x.error.is_some() => x.error,
             (None, _) => None,
+            (Some(_), None) if sent_after_close => Some("peer_closed"),
             (Some(_), None) => Some("no response"),
             (Some(_), Some(_)) if conn.resets > 0 => Some("reset"),
             (Some(_), Some(_)) => Some("incomplete"),
