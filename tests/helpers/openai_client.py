@@ -21,6 +21,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--plain", action="store_true")
+    ap.add_argument("--http2", action="store_true", help="HTTP/2 (ALPN h2; needs the h2 package)")
     ap.add_argument("--model", action="append", required=True)
     a = ap.parse_args()
     ports = []
@@ -37,7 +38,7 @@ def main():
         base_url="%s://127.0.0.1:%d/v1" % (scheme, a.port),
         api_key="test-key",
         max_retries=0,
-        http_client=openai.DefaultHttpx2Client(verify=False),
+        http_client=openai.DefaultHttpx2Client(verify=False, http2=a.http2),
     )
     for model in a.model:
         t0 = time.perf_counter()

@@ -88,11 +88,17 @@ pub fn helper(name: &str) -> PathBuf {
 /// The official `openai` Python SDK, as the tests install it from PyPI.
 pub const OPENAI_SDK: &str = "openai==3.57.0";
 
-/// A python with the official `openai` SDK: a virtual environment the tests
-/// make once, under target/ (`python3 -m venv`, then pip from PyPI). None
-/// when it cannot be made here (said why); under CI that is a failure.
+/// A python with the official `openai` SDK (and `h2`, for its HTTP/2
+/// transport): a virtual environment the tests make once, under target/
+/// (`python3 -m venv`, then pip from PyPI). None when it cannot be made here
+/// (said why); under CI that is a failure.
 pub fn openai_python(test: &str) -> Option<PathBuf> {
-    python_with(test, "openai", &[OPENAI_SDK], "import openai")
+    python_with(
+        test,
+        "openai",
+        &[OPENAI_SDK, "h2==4.4.1"],
+        "import openai, h2",
+    )
 }
 
 /// grpcio and httpx with HTTP/2, as the tests install them from PyPI.

@@ -18,7 +18,7 @@ use super::{
     grpc::Rpc,
     h2::{frame_header, headers_of_request, H2, PREFACE},
     head::{self, Framing, Head},
-    scan::sse_events,
+    scan::{find, sse_events},
 };
 
 /// A request and its answer, times in CLOCK_MONOTONIC ns.
@@ -64,9 +64,22 @@ pub struct Stream {
     pub gap_sum_ns: u64,
     pub gap_max_ns: u64,
     pub gaps: u32,
+    /// The stream's own end marker was seen (OpenAI's `data: [DONE]`,
+    /// Anthropic's `event: message_stop`): the answer is whole even if the
+    /// client then closed before the transfer's end (the `openai` SDK stops
+    /// reading an HTTP/2 stream at `[DONE]`).
+    pub finished: bool,
 }
 
 impl Stream {
+    /// Looks for the stream's end marker in a piece of answer bytes.
+    pub(super) fn mark_end(&mut self, piece: &[u8]) {
+        if !self.finished {
+            self.finished = find(piece, b"data: [DONE]").is_some()
+                || find(piece, b"event: message_stop").is_some();
+        }
+    }
+
     /// Answer bytes read at `t` (`whole`: all of them were copied).
     pub(super) fn read(&mut self, body: &[u8], whole: bool, t: u64) {
         let Some(n) = self.events.filter(|_| whole) else {
@@ -201,7 +214,8 @@ impl Conversation {
         open.extend(self.current.take());
         open.into_iter()
             .map(|x| {
-                let cut = (!x.complete).then_some(Cut::Closed);
+                let whole = x.complete || x.stream.as_ref().is_some_and(|s| s.finished);
+                let cut = (!whole).then_some(Cut::Closed);
                 (x, cut)
             })
             .collect()
@@ -293,6 +307,10 @@ impl Conversation {
         x.last_ns = end_t;
         if let Some(s) = &mut x.stream {
             s.read(body, second.is_none(), t);
+            s.mark_end(body);
+            if let Some(tail) = second {
+                s.mark_end(tail);
+            }
         }
         if x.api.is_some() {
             x.call.response_piece(body);

@@ -620,6 +620,7 @@ impl H2 {
             let body = &f.kept;
             if let Some(s) = &mut x.stream {
                 s.read(body, f.whole && f.len <= super::DATA_KEEP, t);
+                s.mark_end(body);
             }
             if x.api.is_some() {
                 x.call.response_piece(body);
@@ -992,6 +993,33 @@ mod tests {
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].0.stream_id, Some(1));
         assert!(left[0].1.is_some());
+    }
+
+    /// The `openai` SDK stops reading an HTTP/2 stream at `data: [DONE]`:
+    /// the END_STREAM frame after it is never read, and the connection
+    /// closes with the stream open. Its answer was whole all the same.
+    #[test]
+    fn an_event_stream_ended_by_done_is_whole_without_end_stream() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let mut out = PREFACE.to_vec();
+        out.extend(req.headers(1, END_STREAM, &fields(&get("/v1/chat/completions"))));
+        c.feed(&call(op::WRITE, 1_000, &out), true);
+        let mut back = resp.headers(
+            1,
+            0,
+            &[(":status", "200"), ("content-type", "text/event-stream")],
+        );
+        back.extend(frame(
+            DATA,
+            0,
+            1,
+            b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n",
+        ));
+        assert!(c.feed(&call(op::READ, 9_000, &back), true).is_empty());
+        let (x, cut) = c.close().pop().expect("open at close");
+        assert_eq!(cut, None);
+        assert!(x.stream.is_some_and(|s| s.finished && s.events == Some(2)));
     }
 
     /// A stream begun after the server's GOAWAY (the client had not read it

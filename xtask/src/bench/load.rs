@@ -88,6 +88,48 @@ pub fn wrk(
     parse_wrk(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// h2load (nghttp2-client): "finished in 4.00s, 52161.50 req/s, ...",
+/// "requests: N total, N started, N done, N succeeded, N failed, N errored,
+/// ..." and "time for request: MIN MAX MEAN SD +/-SD". It gives no
+/// percentiles: the mean stands in p50's place, p99 is left 0.
+pub fn parse_h2load(out: &str) -> Result<WrkResult> {
+    let mut r = WrkResult::default();
+    for line in out.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["finished", "in", _, rate, "req/s,", ..] => r.rps = rate.parse()?,
+            ["requests:", total, "total,", rest @ ..] => {
+                r.requests = total.parse()?;
+                for pair in rest.chunks(2) {
+                    if let [n, "failed," | "errored," | "timeout"] = pair {
+                        r.errors += n.parse::<u64>().unwrap_or(0);
+                    }
+                }
+            }
+            ["time", "for", "request:", _min, _max, mean, ..] => {
+                r.p50_us = micros(mean).context("mean")?;
+            }
+            _ => {}
+        }
+    }
+    if r.rps == 0.0 {
+        bail!("h2load printed no rate:\n{out}");
+    }
+    Ok(r)
+}
+
+/// Runs h2load against `url` (HTTP/2 over TLS) for `secs` seconds with
+/// `conns` connections on one thread, `streams` concurrent streams each.
+pub fn h2load(url: &str, secs: u64, conns: u32, streams: u32) -> Result<WrkResult> {
+    let out = Command::new("h2load")
+        .args(["-t1", "-c", &conns.to_string(), "-m", &streams.to_string()])
+        .args(["-D", &secs.to_string()])
+        .arg(url)
+        .output()
+        .context("running h2load")?;
+    parse_h2load(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// Connections one holder process keeps: each holds one fd per connection,
 /// and the hard open-file limit here (20,000) may not be raised.
 const PER_HOLDER: usize = 8_000;
@@ -202,6 +244,17 @@ pub fn pause() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn h2load_output() {
+        let out = "finished in 4.00s, 52161.50 req/s, 1.69MB/s\n\
+requests: 208646 total, 208806 started, 208646 done, 208640 succeeded, 6 failed, 0 errored, 0 timeout\n\
+                     min         max         mean         sd        +/- sd\n\
+time for request:      182us     13.63ms      2.91ms       978us    71.74%\n";
+        let r = parse_h2load(out).expect("parsed");
+        assert_eq!((r.rps, r.requests, r.errors), (52161.5, 208646.0, 6));
+        assert!((r.p50_us - 2910.0).abs() < 1e-6);
+    }
 
     #[test]
     fn parses_wrk_output() {

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result};
 use serde_json::{json, Value};
 
 use attach::{Attached, Mode};
-use nginx::{Nginx, HTTPS_PORT, HTTP_PORT};
+use nginx::{Nginx, H2_PORT, HTTPS_PORT, HTTP_PORT};
 
 use crate::{cargo, run_checked, workspace_root};
 
@@ -36,7 +36,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub flood: Option<usize>,
     /// Only these workloads (https_keepalive, https_keepalive_half_rate,
-    /// https_new_conn, http_keepalive, http_churn, flood, pipeline, soak). The soak runs only when named here or given --soak-seconds.
+    /// https_new_conn, http_keepalive, http_churn, h2_keepalive, flood,
+    /// pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only re-render bench/RESULTS.md from target/bench/results.json and
@@ -76,6 +77,9 @@ struct Workload {
     close: bool,
     /// Paced by bench/pace.lua (about `conns` x 1000 requests/s).
     paced: bool,
+    /// HTTP/2 with h2load, this many concurrent streams per connection (0:
+    /// HTTP/1.1 with wrk).
+    h2_streams: u32,
 }
 
 fn workloads() -> Vec<Workload> {
@@ -86,6 +90,7 @@ fn workloads() -> Vec<Workload> {
             conns: 16,
             close: false,
             paced: false,
+            h2_streams: 0,
         },
         Workload {
             name: "https_new_conn",
@@ -93,6 +98,7 @@ fn workloads() -> Vec<Workload> {
             conns: 16,
             close: true,
             paced: false,
+            h2_streams: 0,
         },
         Workload {
             name: "http_keepalive",
@@ -100,6 +106,7 @@ fn workloads() -> Vec<Workload> {
             conns: 16,
             close: false,
             paced: false,
+            h2_streams: 0,
         },
         Workload {
             name: "http_churn",
@@ -107,6 +114,15 @@ fn workloads() -> Vec<Workload> {
             conns: 16,
             close: true,
             paced: false,
+            h2_streams: 0,
+        },
+        Workload {
+            name: "h2_keepalive",
+            url: format!("https://127.0.0.1:{H2_PORT}/"),
+            conns: 16,
+            close: false,
+            paced: false,
+            h2_streams: 10,
         },
     ]
 }
@@ -133,6 +149,7 @@ fn half_rate(root: &Path, max_rps: f64) -> Result<Workload> {
         conns,
         close: false,
         paced: true,
+        h2_streams: 0,
     })
 }
 
@@ -141,13 +158,17 @@ fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> R
     let worker = nginx.worker().context("nginx has no worker")?;
     let (s0, t0) = (proc::cpu_seconds(worker), tool.cpu());
     let pace = root.join("bench/pace.lua");
-    let r = load::wrk(
-        &w.url,
-        secs,
-        w.conns,
-        w.close,
-        w.paced.then_some(pace.as_path()),
-    )?;
+    let r = if w.h2_streams > 0 {
+        load::h2load(&w.url, secs, w.conns, w.h2_streams)?
+    } else {
+        load::wrk(
+            &w.url,
+            secs,
+            w.conns,
+            w.close,
+            w.paced.then_some(pace.as_path()),
+        )?
+    };
     let (s1, t1) = (proc::cpu_seconds(worker), tool.cpu());
     let rss = tool.peak_rss();
     let t_stop = std::time::Instant::now();
@@ -289,6 +310,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     crate::test::ensure_tools(&[
         ("nginx", "nginx"),
         ("wrk", "wrk"),
+        ("h2load", "nghttp2-client"),
         ("bpftrace", "bpftrace"),
         ("openssl", "openssl"),
     ])?;

@@ -14,6 +14,8 @@ use crate::run_checked;
 
 pub const HTTP_PORT: u16 = 18080;
 pub const HTTPS_PORT: u16 = 18443;
+/// HTTP/2 over TLS (ALPN h2), for h2load.
+pub const H2_PORT: u16 = 18444;
 
 pub struct Nginx {
     child: Child,
@@ -62,6 +64,7 @@ impl Nginx {
                server {{\n\
                  listen 127.0.0.1:{HTTP_PORT} backlog=4096;\n\
                  listen 127.0.0.1:{HTTPS_PORT} ssl backlog=4096;\n\
+                 listen 127.0.0.1:{H2_PORT} ssl http2 backlog=4096;\n\
                  ssl_certificate {d}/cert.pem;\n\
                  ssl_certificate_key {d}/key.pem;\n\
                  ssl_protocols TLSv1.3;\n\
