@@ -11,9 +11,10 @@
 
 import json
 import sys
-import time
 
 import httpx
+
+from httpx_h2 import timed_get
 
 tls_base, plain_base = sys.argv[1], sys.argv[2]
 clients = {
@@ -24,21 +25,7 @@ clients = {
 
 def get(name, path):
     client, base = clients[name]
-    t0 = time.perf_counter_ns()
-    with client.stream("GET", base + path) as r:
-        ttfb = time.perf_counter_ns() - t0
-        r.read()
-    stream = r.extensions.get("network_stream")
-    addr = stream.get_extra_info("client_addr") if stream else None
-    return {
-        "client": name,
-        "local_port": addr[1] if addr else None,
-        "http_version": r.http_version,
-        "stream_id": r.extensions.get("stream_id"),
-        "path": path,
-        "status": r.status_code,
-        "ttfb_ms": ttfb / 1e6,
-    }
+    return dict(timed_get(client, base + path), client=name, path=path)
 
 
 for name in clients:
