@@ -111,12 +111,26 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     }
     let key = sk as u64;
     let tracked = CONNS.get_ptr_mut(&key);
-    // SAFETY: the packet's socket, checked non-null; its common fields are
-    // readable from this program.
-    let (state, family) = unsafe { ((*sk).state, (*sk).family) };
-    if tracked.is_none() && (state != tcp_state::ESTABLISHED as u32 || !ip_family(family)) {
-        return None;
-    }
+    let family = match tracked {
+        Some(c) => {
+            // SAFETY: a live map value, valid for this program run.
+            let c = unsafe { &*c };
+            if c.http == http::NO || c.flags & FLAG_TLS != 0 {
+                skip(sk);
+                return None;
+            }
+            0
+        }
+        None => {
+            // SAFETY: the packet's socket, checked non-null; its common
+            // fields are readable from this program.
+            let (state, family) = unsafe { ((*sk).state, (*sk).family) };
+            if state != tcp_state::ESTABLISHED as u32 || !ip_family(family) {
+                return None;
+            }
+            family
+        }
+    };
     let l = layers(ctx)?;
     if u16::from(l.proto) != IPPROTO_TCP {
         return None;
@@ -139,12 +153,9 @@ fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
             adopt(sk, key, family, tls)?
         }
     };
-    // SAFETY: a live map value, valid for this program run.
+    // SAFETY: a live map value, valid for this program run (an adopted one
+    // is new: neither judged nor TLS yet).
     let conn = unsafe { &mut *conn };
-    if conn.http == http::NO || conn.flags & FLAG_TLS != 0 {
-        skip(sk);
-        return None;
-    }
     let midstream = conn.flags & FLAG_MIDSTREAM != 0;
     let seq = u32::from_be_bytes(ctx.load::<[u8; 4]>(l.l4 + 4).ok()?);
     let dir = usize::from(!egress);

@@ -1242,6 +1242,16 @@ mod tests {
             c.feed(&call(op::WRITE, round, &req), true);
             c.feed(&call(op::READ, round + 1, &back), true);
             c.close();
+            // The same bytes on a connection first seen mid-way (no
+            // preface; the role read from the bytes).
+            let mut c = Conversation::default();
+            for (op, b) in [(op::WRITE, &req[PREFACE.len()..]), (op::READ, &back[..])] {
+                let mut ev = call(op, round, b);
+                ev.flags = 0;
+                ev.conn.flags = observer_common::FLAG_MIDSTREAM;
+                c.feed(&ev, true);
+            }
+            c.close();
         }
     }
 }
