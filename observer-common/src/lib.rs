@@ -31,6 +31,8 @@ pub const POLL_INTERVAL_MS: u64 = 10;
 pub const SK_ERR_OFFSET_GLOBAL: &str = "SK_ERR_OFFSET";
 /// Global: byte offset of `srtt_us` in `struct tcp_sock` (from BTF); 0 when unknown.
 pub const SRTT_US_OFFSET_GLOBAL: &str = "SRTT_US_OFFSET";
+/// Global: 1 when the packet programs read DNS messages (`--dns-wire on`).
+pub const DNS_WIRE_GLOBAL: &str = "DNS_WIRE";
 /// Global: 1 when `tcp:tcp_destroy_sock` is attached, so a closed connection's
 /// record goes out when the socket is destroyed (after any RST sent on close
 /// and the errno set); 0 to send it at CLOSE.
@@ -242,6 +244,9 @@ pub struct ExecEvent {
     pub hdr: EventHeader,
     pub pid: u32,
     pub _pad: u32,
+    /// The process's cgroup v2 id (the cgroup directory's inode): its
+    /// container and pod, even once it is gone from /proc.
+    pub cgroup_id: u64,
     pub filename: [u8; EXEC_PATH_LEN],
 }
 
@@ -356,4 +361,4 @@ const _: () = assert!(core::mem::size_of::<Conn>() == 168);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);
 const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 168 + 120);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
-const _: () = assert!(core::mem::size_of::<ExecEvent>() == 24 + EXEC_PATH_LEN);
+const _: () = assert!(core::mem::size_of::<ExecEvent>() == 32 + EXEC_PATH_LEN);

@@ -11,8 +11,8 @@ use observer_common::{
 };
 
 use crate::{
-    cgroup_skb::DNS_SOCKS,
     ctx::now_ns,
+    dns_packets::DNS_SOCKS,
     events::{reserve, submit_flags},
 };
 

@@ -1,8 +1,8 @@
-//! cgroup_skb programs on the root cgroup: the payload of plain (not TLS)
-//! TCP connections the observer tracks, for the HTTP/1.x parser.
+//! The payload of plain (not TLS) TCP connections the observer tracks, read
+//! by the cgroup_skb programs (`cgroup_skb`) for the HTTP parsers.
 //!
 //! Packets, not syscall tracepoints: a syscall tracepoint slows every
-//! syscall on the machine, while these cost a CONNS lookup per TCP packet
+//! syscall on the machine, while this costs a CONNS lookup per TCP packet
 //! and leave at once for connections already found not to be HTTP/1.x (the
 //! first payload decides) or that carry TLS (the library probes see their
 //! plaintext). A segment's payload goes up whole to DATA_CAPTURE bytes, else
@@ -19,7 +19,7 @@ use aya_ebpf::{
     bindings::{bpf_sock, BPF_SK_STORAGE_GET_F_CREATE},
     btf_maps::SkStorage,
     helpers::{bpf_skb_load_bytes, generated::bpf_sk_storage_get},
-    macros::{btf_map, cgroup_skb, map},
+    macros::{btf_map, map},
     maps::LruHashMap,
     programs::SkBuffContext,
     EbpfContext,
@@ -67,18 +67,6 @@ fn skip(sk: *mut bpf_sock) {
     let _ = skip_ptr(sk, BPF_SK_STORAGE_GET_F_CREATE.into());
 }
 
-#[cgroup_skb(egress)]
-pub fn http_egress(ctx: SkBuffContext) -> i32 {
-    let _ = packet(&ctx, true);
-    1
-}
-
-#[cgroup_skb(ingress)]
-pub fn http_ingress(ctx: SkBuffContext) -> i32 {
-    let _ = packet(&ctx, false);
-    1
-}
-
 /// Copies `n` (1..=DATA_CAPTURE - at) payload bytes at `off` into the
 /// record's data at `at`.
 #[inline(always)]
@@ -98,7 +86,7 @@ unsafe fn copy(
 }
 
 #[inline(always)]
-fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
+pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     // SAFETY: the program's own context; the socket pointer is only compared
     // and used as the CONNS key (the socket's address, as the tracepoints
     // see it).

@@ -13,6 +13,8 @@ mod cgroup_skb;
 #[cfg(target_arch = "bpf")]
 mod cgroup_sock;
 #[cfg(target_arch = "bpf")]
+mod dns_packets;
+#[cfg(target_arch = "bpf")]
 mod events;
 #[cfg(target_arch = "bpf")]
 mod http_packets;

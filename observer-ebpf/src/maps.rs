@@ -47,6 +47,15 @@ pub fn srtt_us_offset() -> u32 {
     unsafe { core::ptr::read_volatile(&SRTT_US_OFFSET) }
 }
 
+/// 1: the packet programs read DNS messages (the DNS wire feature is on).
+#[no_mangle]
+static DNS_WIRE: u32 = 0;
+
+#[inline(always)]
+pub fn dns_wire() -> bool {
+    unsafe { core::ptr::read_volatile(&DNS_WIRE) != 0 }
+}
+
 /// 1: send a closed connection's record when the socket is destroyed.
 #[no_mangle]
 static EMIT_AT_DESTROY: u32 = 0;

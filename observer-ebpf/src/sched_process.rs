@@ -4,7 +4,9 @@
 //! executable. One record per exec or process exit.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
+    },
     macros::tracepoint,
     programs::TracePointContext,
     EbpfContext,
@@ -32,6 +34,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     unsafe {
         (*ev).pid = (bpf_get_current_pid_tgid() >> 32) as u32;
         (*ev)._pad = 0;
+        (*ev).cgroup_id = bpf_get_current_cgroup_id();
         if bpf_probe_read_kernel_str_bytes(src, &mut (*ev).filename).is_err() {
             (*ev).filename[0] = 0;
         }

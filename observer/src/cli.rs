@@ -92,10 +92,19 @@ pub struct WatchArgs {
     pub tls_plaintext_max_processes: u64,
     /// DNS messages on port 53 (cgroup_skb programs on the root cgroup):
     /// lookups of programs with their own resolver, and the server, id and
-    /// retries of library lookups. off: library lookups only, and no program
-    /// on the packet path (measured: 1.6-2.2 µs per new connection).
+    /// retries of library lookups. off: library lookups only (the packet
+    /// programs, there for plain HTTP too, leave DNS messages alone).
     #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
     pub dns_wire: OnOff,
+    /// The host's cgroup v2 root, where the packet programs go (default:
+    /// where this process sees cgroup2 mounted). In a container with its own
+    /// cgroup namespace, mount the host's /sys/fs/cgroup and name it here.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_root: Option<std::path::PathBuf>,
+    /// The kubelet's pod log directory, where pods' namespaces, names and
+    /// containers' names are read (`<namespace>_<pod>_<uid>/<container>/`).
+    #[arg(long, value_name = "DIR", default_value = "/var/log/pods")]
+    pub pod_log_dir: std::path::PathBuf,
     /// Keep the query string in request records' `path` (and spans'
     /// `url.path`; metrics never carry it). Off by default: queries often
     /// hold ids, tokens or keys.
@@ -162,6 +171,9 @@ pub struct DoctorArgs {
     /// As `watch --tls-plaintext-probes`.
     #[arg(long, value_enum, value_name = "POLICY", default_value = "auto")]
     pub tls_plaintext_probes: crate::tls::Policy,
+    /// As `watch --cgroup-root`.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_root: Option<std::path::PathBuf>,
 }
 
 fn parse_seconds_or_zero(s: &str) -> Result<Duration, String> {

@@ -181,6 +181,7 @@ impl ConnTable {
             r.comm = Arc::clone(comm);
         }
         r.exe = info.exe.clone();
+        r.container = info.container.clone();
         self.lookups.add(r.clone());
         self.dns_out.push(r);
     }
@@ -228,6 +229,7 @@ impl ConnTable {
                     comm: info.comm.clone().unwrap_or_else(|| thread_comm.clone()),
                     thread_comm,
                     exe: info.exe.clone(),
+                    container: info.container.clone(),
                 };
                 self.live.insert(
                     sk,
@@ -323,8 +325,12 @@ impl ConnTable {
             }
             // For the TLS probe manager, not for the table.
             Event::TlsProcess { .. } | Event::TlsBusy { .. } => None,
-            Event::Exec { pid, filename } => {
-                self.procs.exec(pid, &comm_str_n(&filename));
+            Event::Exec {
+                pid,
+                cgroup_id,
+                filename,
+            } => {
+                self.procs.exec(pid, &comm_str_n(&filename), cgroup_id);
                 None
             }
             Event::Exit { pid } => {
@@ -642,7 +648,11 @@ mod tests {
         assert_eq!(t.procs.len(), 1);
         let mut filename = [0u8; 256];
         filename[..9].copy_from_slice(b"/bin/true");
-        t.handle(Event::Exec { pid: me, filename });
+        t.handle(Event::Exec {
+            pid: me,
+            cgroup_id: 0,
+            filename,
+        });
         let exe = t
             .procs
             .get(me)

@@ -27,6 +27,8 @@ pub enum Event {
     /// `pid` exec'd `filename` (NUL-terminated, as given to exec).
     Exec {
         pid: u32,
+        /// Its cgroup v2 id at exec.
+        cgroup_id: u64,
         filename: [u8; EXEC_PATH_LEN],
     },
     /// Process `pid` exited.
@@ -108,6 +110,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let ev: ExecEvent = read(bytes, hdr.kind)?;
             Ok(Event::Exec {
                 pid: ev.pid,
+                cgroup_id: ev.cgroup_id,
                 filename: ev.filename,
             })
         }
@@ -265,9 +268,17 @@ mod tests {
             hdr: hdr(EventKind::Exec, std::mem::size_of::<ExecEvent>()),
             pid: 98,
             _pad: 0,
+            cgroup_id: 7,
             filename,
         };
-        assert_eq!(decode(as_bytes(&e)), Ok(Event::Exec { pid: 98, filename }));
+        assert_eq!(
+            decode(as_bytes(&e)),
+            Ok(Event::Exec {
+                pid: 98,
+                cgroup_id: 7,
+                filename
+            })
+        );
         // An exit-sized record claiming to be an exec is refused.
         let short = ProcessEvent {
             hdr: hdr(EventKind::Exec, 24),

@@ -10,7 +10,7 @@ use crate::{
     dns::DnsReport,
     ebpf::ProgramState,
     observer::{Features, Observer, Options},
-    privileges::Privileges,
+    privileges::{CapabilityReport, Privileges},
     programs::{self, Feature, Program},
     tls::TlsReport,
     tracefs,
@@ -57,6 +57,8 @@ pub struct ProgramRow {
     pub hook: programs::Hook,
     pub target: String,
     pub feature: Feature,
+    /// A second feature it serves.
+    pub also: Option<Feature>,
     pub required: bool,
     pub gives: &'static str,
     /// attached | failed | loaded (nothing to attach it to yet) | not loaded
@@ -100,12 +102,26 @@ pub struct Report {
     pub ok: bool,
     /// Why it cannot, when it cannot.
     pub refusal: Option<String>,
+    /// The capabilities held, and per feature those it needs and lacks
+    /// (`privileges::FEATURE_NEEDS`).
+    pub capabilities: CapabilityReport,
 }
 
 fn kernel_release() -> String {
     let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let arch = std::env::consts::ARCH;
     format!("{} ({arch})", rel.trim())
+}
+
+/// "plain HTTP + DNS wire" for a program that serves two features.
+fn feature_label(p: &ProgramRow) -> String {
+    match p.also {
+        Some(Feature::DnsWire) => {
+            format!("{} + DNS wire", p.feature.label().replace(" requests", ""))
+        }
+        Some(f) => format!("{} + {}", p.feature.label(), f.label()),
+        None => p.feature.label().to_string(),
+    }
 }
 
 fn status(s: &ProgramState) -> &'static str {
@@ -137,6 +153,7 @@ fn rows(states: &[(&'static Program, ProgramState)]) -> (Vec<ProbeRow>, Vec<Prog
             hook: p.hook,
             target: p.hook.target(),
             feature: p.feature,
+            also: p.also,
             required: p.required,
             gives: p.gives,
             status: status(s),
@@ -189,6 +206,7 @@ pub fn run(options: Options) -> Report {
         dns: None,
         ok: false,
         refusal: None,
+        capabilities: CapabilityReport::of(&p),
     };
     match Observer::start(options) {
         Err(e) => {
@@ -248,6 +266,19 @@ pub fn print(r: &Report, verbose: bool) {
             ": observer needs root, or CAP_BPF and CAP_PERFMON"
         }
     );
+    let names = |caps: &[crate::privileges::Cap]| {
+        let v: Vec<&str> = caps.iter().map(|c| c.name()).collect();
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    println!(
+        "  capabilities {} held; every feature needs, as root: {} (see `missing` under features)",
+        names(&r.capabilities.held),
+        names(r.capabilities.deploy)
+    );
     println!(
         "  tracefs      {}",
         r.tracefs.as_deref().unwrap_or("not mounted")
@@ -276,7 +307,7 @@ pub fn print(r: &Report, verbose: bool) {
         println!(
             "  {:<22} {:<21} {:<9} {:<10} {:>4}  {}: {}",
             p.program,
-            p.feature.label(),
+            feature_label(p),
             yes(p.required),
             p.status,
             p.state.attached,
@@ -298,6 +329,16 @@ pub fn print(r: &Report, verbose: bool) {
     println!("features:");
     for (f, s) in &r.features.0 {
         println!("  {:<21} {:<9} {}", f.label(), s.word(), s.detail());
+        print_missing(r, *f);
+    }
+    if r.features.0.is_empty() {
+        // Nothing started: what each feature lacks is still known.
+        for f in Feature::ALL {
+            if !r.capabilities.missing(f).is_empty() {
+                println!("  {:<21} {:<9} not started", f.label(), "off");
+                print_missing(r, f);
+            }
+        }
     }
     print_tls(r.tls.as_ref());
     if let Some(d) = &r.dns {
@@ -349,6 +390,13 @@ pub fn print(r: &Report, verbose: bool) {
             why.as_deref().unwrap_or("?"),
             r.programs.len()
         ),
+    }
+}
+
+/// "missing CAP_SYS_ADMIN (why)" under a feature, one line per capability.
+fn print_missing(r: &Report, f: Feature) {
+    for m in r.capabilities.missing(f) {
+        println!("  {:<21} -> missing {}: {}", "", m.names(), m.why);
     }
 }
 

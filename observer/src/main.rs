@@ -56,6 +56,7 @@ fn main() -> ExitCode {
                 },
                 dns_wire: args.dns_wire == observer::cli::OnOff::On,
                 nvml_lib: args.nvml_lib.clone(),
+                cgroup_root: args.cgroup_root.clone(),
             });
             if args.json {
                 match serde_json::to_string_pretty(&report) {

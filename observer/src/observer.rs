@@ -28,6 +28,9 @@ pub struct Options {
     pub tls: tls::Settings,
     pub dns_wire: bool,
     pub nvml_lib: Option<String>,
+    /// `--cgroup-root`: where the packet programs go, if not where cgroup2
+    /// is mounted in this mount namespace.
+    pub cgroup_root: Option<std::path::PathBuf>,
 }
 
 /// A feature's state, as `ready`, the summary and `doctor` show it.
@@ -112,16 +115,24 @@ impl Observer {
             return Err(LoadError::NotPrivileged);
         }
         let tracefs = tracefs::find_or_mount()?;
-        let loaded = ebpf::load(&options.load, &tracefs)?;
+        let loaded = ebpf::load(&options.load, options.dns_wire, &tracefs)?;
         let mut probes = Probes::new(loaded.ebpf);
         for p in programs::of(Feature::Connections) {
             if let Err(e) = probes.attach_tracepoint(p.name, &tracefs) {
                 tracing::warn!(program = p.name, "lost: {}: {}", p.gives, ebpf::chain(&e));
             }
         }
-        let dns = dns::attach(&mut probes, options.dns_wire);
-        let http_plain = crate::cgroup::attach_on_root(&mut probes, Feature::HttpPlain)
-            .map(|root| format!("TCP payloads on cgroup {}", root.display()));
+        let dns = dns::attach(
+            &mut probes,
+            options.dns_wire,
+            options.cgroup_root.as_deref(),
+        );
+        let http_plain = crate::cgroup::attach_on_root(
+            &mut probes,
+            Feature::HttpPlain,
+            options.cgroup_root.as_deref(),
+        )
+        .map(|root| format!("TCP payloads on cgroup {}", root.display()));
         if let Err(e) = &http_plain {
             tracing::warn!("plain HTTP requests not seen: {e}");
         }
@@ -268,7 +279,7 @@ impl View<'_> {
         self.probes
             .states()
             .into_iter()
-            .filter(|(p, _)| p.feature == f)
+            .filter(|(p, _)| p.serves(f))
             .collect()
     }
 

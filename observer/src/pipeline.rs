@@ -80,6 +80,7 @@ pub(crate) async fn read_ring(
 }
 
 fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Event>>, stats: &Stats) {
+    stats.health.reader_beat();
     let mut batch = Vec::with_capacity(64);
     while let Some(item) = ring.next() {
         Stats::add(&stats.events, 1);
@@ -143,8 +144,9 @@ pub(crate) async fn correlate(
     keep_query: bool,
     stats: Arc<Stats>,
     counters: Arc<ebpf::KernelCounters>,
+    pods: crate::k8s::Pods,
 ) -> CorrelatorEnd {
-    let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
+    let mut table = ConnTable::new(ProcessCache::new("/proc").with_pods(pods), Clock::sample());
     table.keep_query = keep_query;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -269,6 +271,7 @@ pub(crate) async fn correlate(
                 }
             }
             _ = tick.tick() => {
+                stats.health.correlator_beat();
                 table.set_clock(Clock::sample());
                 stats.dns_overflow.store(table.wire.overflow, std::sync::atomic::Ordering::Relaxed);
                 let now = Clock::sample().to_unix_ns(monotonic_ns());
@@ -333,6 +336,7 @@ pub(crate) type ExportParts = (
 pub(crate) async fn start_export(
     e: ExportSetup,
     probes_attached: u64,
+    pipeline_stats: Arc<Stats>,
 ) -> anyhow::Result<ExportParts> {
     let s = e.settings;
     let now = std::time::SystemTime::now()
@@ -349,7 +353,11 @@ pub(crate) async fn start_export(
     let prometheus = match s.prometheus_listen {
         Some(addr) => {
             let l = prometheus::bind(addr).await?;
-            Some(tokio::spawn(prometheus::serve(l, Arc::clone(&metrics))))
+            Some(tokio::spawn(prometheus::serve(
+                l,
+                Arc::clone(&metrics),
+                pipeline_stats,
+            )))
         }
         None => None,
     };
@@ -361,6 +369,9 @@ pub(crate) async fn start_export(
         attrs::s("service.name", "observer"),
         attrs::s("host.name", host.clone()),
     ];
+    if let Some(node) = crate::k8s::Pods::node_name_from_env().filter(|n| !n.is_empty()) {
+        resource.push(attrs::s("k8s.node.name", node));
+    }
     for (k, v) in &s.resource {
         resource.retain(|a| &a.key != k);
         resource.push(attrs::s(k, v.clone()));

@@ -1,4 +1,5 @@
-//! Process details (name, executable) for the pids that own connections.
+//! Process details (name, executable, container and pod) for the pids that
+//! own connections.
 //!
 //! Read from /proc once per process and cached; the cache entry is dropped when
 //! the kernel reports that the pid exec'd or exited, so it is never stale.
@@ -12,6 +13,8 @@ pub struct ProcInfo {
     pub comm: Option<Arc<str>>,
     /// `/proc/PID/exe` resolved. Shared by every connection of the process.
     pub exe: Option<Arc<str>>,
+    /// Its container and pod, from `/proc/PID/cgroup` (None: in none).
+    pub container: Option<Arc<crate::k8s::Container>>,
 }
 
 /// Caps memory if exec/exit events are lost: past this size the cache starts over.
@@ -20,6 +23,8 @@ const MAX_ENTRIES: usize = 16_384;
 pub struct ProcessCache {
     root: PathBuf,
     entries: HashMap<u32, ProcInfo>,
+    /// Pod names from the kubelet's layout (None: container ids only).
+    pods: Option<crate::k8s::Pods>,
     /// /proc entries that could not be read (process gone, or hidden from us).
     pub unreadable: u64,
 }
@@ -30,8 +35,38 @@ impl ProcessCache {
         Self {
             root: root.into(),
             entries: HashMap::new(),
+            pods: None,
             unreadable: 0,
         }
+    }
+
+    /// Also names the pods of containerized processes.
+    pub fn with_pods(mut self, pods: crate::k8s::Pods) -> Self {
+        self.pods = Some(pods);
+        self
+    }
+
+    fn container(
+        root: &std::path::Path,
+        pods: &mut Option<crate::k8s::Pods>,
+        pid: u32,
+    ) -> Option<Arc<crate::k8s::Container>> {
+        let text = std::fs::read_to_string(root.join(pid.to_string()).join("cgroup")).ok()?;
+        let c = match pods {
+            Some(p) => p.container(&text)?,
+            None => {
+                let (id, pod_uid) = crate::k8s::ids_from_cgroup(&text);
+                if id.is_none() && pod_uid.is_none() {
+                    return None;
+                }
+                crate::k8s::Container {
+                    id: id.map(Arc::from),
+                    pod_uid: pod_uid.map(Arc::from),
+                    ..Default::default()
+                }
+            }
+        };
+        Some(Arc::new(c))
     }
 
     pub fn get(&mut self, pid: u32) -> &ProcInfo {
@@ -40,6 +75,7 @@ impl ProcessCache {
         }
         let root = &self.root;
         let unreadable = &mut self.unreadable;
+        let pods = &mut self.pods;
         self.entries.entry(pid).or_insert_with(|| {
             let dir = root.join(pid.to_string());
             let comm = std::fs::read_to_string(dir.join("comm"))
@@ -51,7 +87,12 @@ impl ProcessCache {
             if comm.is_none() || exe.is_none() {
                 *unreadable += 1;
             }
-            ProcInfo { comm, exe }
+            let container = Self::container(root, pods, pid);
+            ProcInfo {
+                comm,
+                exe,
+                container,
+            }
         })
     }
 
@@ -64,7 +105,9 @@ impl ProcessCache {
     /// here, while the file surely exists, so that even a process gone before
     /// its first connection is seen has its executable; the name is the
     /// kernel's thread name until /proc is read. Anything else: read /proc later.
-    pub fn exec(&mut self, pid: u32, path: &str) {
+    /// `cgroup_id`: its cgroup v2 id at exec, which places it in its
+    /// container even once it is gone from /proc.
+    pub fn exec(&mut self, pid: u32, path: &str, cgroup_id: u64) {
         self.entries.remove(&pid);
         if !path.starts_with('/') {
             return;
@@ -75,11 +118,18 @@ impl ProcessCache {
         let comm = std::fs::read_to_string(self.root.join(pid.to_string()).join("comm"))
             .ok()
             .map(|s| Arc::from(s.trim_end_matches('\n')));
+        let by_id = self
+            .pods
+            .as_mut()
+            .and_then(|p| p.container_of_cgroup(cgroup_id))
+            .map(Arc::new);
+        let container = by_id.or_else(|| Self::container(&self.root, &mut self.pods, pid));
         self.entries.insert(
             pid,
             ProcInfo {
                 comm,
                 exe: Some(exe),
+                container,
             },
         );
     }
@@ -123,11 +173,11 @@ mod tests {
         cache.forget(5);
         assert_eq!(cache.get(5).comm.as_deref(), Some("renamed"));
         // An exec'd path is resolved at once (symlinks too), /proc or not.
-        cache.exec(7, "/proc/self/exe");
+        cache.exec(7, "/proc/self/exe", 0);
         let me = std::env::current_exe().expect("exe");
         assert_eq!(cache.get(7).exe.as_deref(), me.to_str());
         assert_eq!(cache.get(7).comm, None, "no /proc entry for 7 here");
-        cache.exec(5, "relative/path");
+        cache.exec(5, "relative/path", 0);
         assert_eq!(
             cache.get(5).comm.as_deref(),
             Some("renamed"),

@@ -129,6 +129,8 @@ pub struct Program {
     pub name: &'static str,
     pub hook: Hook,
     pub feature: Feature,
+    /// A second feature it serves (the packet programs: DNS wire too).
+    pub also: Option<Feature>,
     /// Without it the observer does not start (doctor's verdict: not ok).
     pub required: bool,
     /// What it gives, i.e. what is lost without it.
@@ -140,6 +142,7 @@ const fn tp(name: &'static str, layout: Layout, required: bool, gives: &'static 
         name,
         hook: Hook::TracePoint { layout },
         feature: Feature::Connections,
+        also: None,
         required,
         gives,
     }
@@ -150,6 +153,7 @@ const fn raw(name: &'static str, layout: Layout, gives: &'static str) -> Program
         name,
         hook: Hook::RawTracePoint { layout },
         feature: Feature::Connections,
+        also: None,
         required: false,
         gives,
     }
@@ -166,6 +170,7 @@ const fn up(
         name,
         hook: Hook::UProbe { ret, functions },
         feature,
+        also: None,
         required: false,
         gives,
     }
@@ -380,56 +385,51 @@ pub const PROGRAMS: &[Program] = &[
         &[(Libc, "gethostbyname2_r")],
         "gethostbyname2_r results",
     ),
-    // DNS messages on the wire, for every socket of the host.
-    Program {
-        name: "dns_egress",
-        hook: Hook::CgroupSkb {
-            direction: Direction::Egress,
-        },
-        feature: DnsWire,
-        required: false,
-        gives: "queries sent to port 53, with the sending process",
-    },
-    Program {
-        name: "dns_ingress",
-        hook: Hook::CgroupSkb {
-            direction: Direction::Ingress,
-        },
-        feature: DnsWire,
-        required: false,
-        gives: "answers from port 53",
-    },
+    // DNS messages on the wire and the payloads of plain TCP connections,
+    // for every socket of the host: one program per direction for both,
+    // since each program on the hook costs a dispatch per packet.
     Program {
         name: "dns_sock_release",
         hook: Hook::CgroupSockRelease,
         feature: DnsWire,
+        also: None,
         required: false,
         gives: "unanswered queries end when their socket goes",
     },
-    // Payloads of plain TCP connections, for every socket of the host.
     Program {
-        name: "http_egress",
+        name: "packets_egress",
         hook: Hook::CgroupSkb {
             direction: Direction::Egress,
         },
         feature: HttpPlain,
+        also: Some(DnsWire),
         required: false,
-        gives: "requests (and a server's answers) sent on plain HTTP/1.x connections",
+        gives: "requests (and a server's answers) sent on plain TCP connections; \
+                DNS queries sent to port 53, with the sending process",
     },
     Program {
-        name: "http_ingress",
+        name: "packets_ingress",
         hook: Hook::CgroupSkb {
             direction: Direction::Ingress,
         },
         feature: HttpPlain,
+        also: Some(DnsWire),
         required: false,
-        gives: "answers (and a server's requests) received on plain HTTP/1.x connections",
+        gives: "answers (and a server's requests) received on plain TCP connections; \
+                DNS answers from port 53",
     },
 ];
 
+impl Program {
+    /// Whether `feature` is lost without it.
+    pub fn serves(&self, feature: Feature) -> bool {
+        self.feature == feature || self.also == Some(feature)
+    }
+}
+
 /// The table's rows of one feature.
 pub fn of(feature: Feature) -> impl Iterator<Item = &'static Program> {
-    PROGRAMS.iter().filter(move |p| p.feature == feature)
+    PROGRAMS.iter().filter(move |p| p.serves(feature))
 }
 
 /// The row of a program by name.

@@ -49,6 +49,7 @@ pub struct Owner {
     /// The kernel's name of the thread that connected or first did I/O.
     pub thread_comm: Arc<str>,
     pub exe: Option<Arc<str>>,
+    pub container: Option<Arc<crate::k8s::Container>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -62,6 +63,8 @@ pub struct ConnRecord {
     pub comm: Option<Arc<str>>,
     pub thread_comm: Option<Arc<str>>,
     pub exe: Option<Arc<str>>,
+    /// The process's container and Kubernetes pod (null: none).
+    pub container: Option<Arc<crate::k8s::Container>>,
     pub direction: Direction,
     pub family: Family,
     /// Serialized as its text form (serde does so for IpAddr in JSON).
@@ -189,13 +192,14 @@ impl ConnRecord {
         let (family, remote) = addr(conn.family, &conn.daddr);
         let (_, local) = addr(conn.family, &conn.saddr);
         let owned = conn.flags & FLAG_OWNED != 0;
-        let (pid, tid, comm, thread_comm, exe) = match owner {
+        let (pid, tid, comm, thread_comm, exe, container) = match owner {
             Some(o) => (
                 Some(o.pid),
                 Some(o.tid),
                 Some(Arc::clone(&o.comm)),
                 Some(Arc::clone(&o.thread_comm)),
                 o.exe.clone(),
+                o.container.clone(),
             ),
             None if owned => {
                 let c: Arc<str> = Arc::from(comm_str(&conn.comm));
@@ -205,9 +209,10 @@ impl ConnRecord {
                     Some(Arc::clone(&c)),
                     Some(c),
                     None,
+                    None,
                 )
             }
-            None => (None, None, None, None, None),
+            None => (None, None, None, None, None, None),
         };
         let midstream = conn.flags & FLAG_MIDSTREAM != 0;
         let ttfb_ns = match direction {
@@ -228,6 +233,7 @@ impl ConnRecord {
             comm,
             thread_comm,
             exe,
+            container,
             direction,
             family,
             local_addr: local,

@@ -6,6 +6,8 @@ use serde::Serialize;
 
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// What `/healthz` and `/readyz` answer.
+    pub health: crate::health::Health,
     /// Ring-buffer records read.
     pub events: AtomicU64,
     /// Records that did not decode.
@@ -185,6 +187,10 @@ pub struct ExportSummary {
     pub queue_full: u64,
     pub export_errors: u64,
     pub metric_exports: u64,
+    /// The endpoint does not implement that service (stopped at its first
+    /// refusal; e.g. Jaeger takes traces only).
+    pub traces_refused: bool,
+    pub metrics_refused: bool,
 }
 
 impl ExportSummary {
@@ -197,6 +203,8 @@ impl ExportSummary {
             queue_full,
             export_errors: g(&s.export_errors),
             metric_exports: g(&s.metric_exports),
+            traces_refused: s.traces_refused.load(Ordering::Relaxed),
+            metrics_refused: s.metrics_refused.load(Ordering::Relaxed),
         }
     }
 }

@@ -60,6 +60,7 @@ pub fn options(args: &WatchArgs) -> Options {
         },
         dns_wire: args.dns_wire == crate::cli::OnOff::On,
         nvml_lib: args.nvml_lib.clone(),
+        cgroup_root: args.cgroup_root.clone(),
     }
 }
 
@@ -130,7 +131,8 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
     let mut export_stats = None;
     let mut prometheus = None;
     if let Some(e) = export {
-        let (setup, task, stats, prom) = pipeline::start_export(e, probes_attached).await?;
+        let (setup, task, stats, prom) =
+            pipeline::start_export(e, probes_attached, Arc::clone(&stats)).await?;
         sinks.export = setup.0;
         sinks.metrics = Some(setup.1);
         exporter = task;
@@ -181,9 +183,15 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
         args.http_query,
         Arc::clone(&stats),
         Arc::clone(&counters),
+        crate::k8s::Pods::new(
+            &args.pod_log_dir,
+            crate::k8s::Pods::node_name_from_env(),
+            args.cgroup_root.clone().or_else(crate::cgroup::root),
+        ),
     ));
 
     eprintln!("{ready}");
+    stats.health.set_ready();
     stop.wait(args.duration).await;
     let _ = tls_tx.send(tls::Command::Stop);
     let (mut probes, tls_report) = manager
@@ -366,8 +374,14 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
         )
     });
     let export = s.export.as_ref().map_or(String::new(), |e| {
+        let refused = match (e.traces_refused, e.metrics_refused) {
+            (false, false) => "",
+            (true, false) => " (the endpoint refused traces)",
+            (false, true) => " (the endpoint refused metrics)",
+            (true, true) => " (the endpoint refused traces and metrics)",
+        };
         format!(
-            "; OTLP: {} spans sent, {} records sampled out, {} dropped after retries, {} not queued, {} export errors",
+            "; OTLP: {} spans sent, {} records sampled out, {} dropped after retries, {} not queued, {} export errors{refused}",
             e.spans_sent, e.records_sampled_out, e.records_dropped, e.queue_full, e.export_errors
         )
     });

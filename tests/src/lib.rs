@@ -9,6 +9,7 @@
 )]
 
 mod dns_ns;
+pub mod otlp;
 pub use dns_ns::{Asked, DnsNs};
 
 use std::{
@@ -107,6 +108,26 @@ pub const H2_PACKAGES: [&str; 2] = ["grpcio==1.85.3", "httpx[http2]==0.28.1"];
 /// A python with [`H2_PACKAGES`], as [`openai_python`] makes its own.
 pub fn h2_python(test: &str) -> Option<PathBuf> {
     python_with(test, "h2", &H2_PACKAGES, "import grpc, httpx, h2")
+}
+
+/// kubernetes-validate (the Kubernetes JSON schemas, 1.25 to 1.37, bundled)
+/// and the libraries it validates with, as the tests install them from PyPI.
+pub const KUBERNETES_VALIDATE_PACKAGES: [&str; 4] = [
+    "kubernetes-validate==1.37.0",
+    "jsonschema==4.26.0",
+    "referencing==0.37.0",
+    "PyYAML==6.0.4",
+];
+
+/// A python with [`KUBERNETES_VALIDATE_PACKAGES`] (`python -m
+/// kubernetes_validate`), as [`openai_python`] makes its own.
+pub fn kubernetes_validate_python(test: &str) -> Option<PathBuf> {
+    python_with(
+        test,
+        "kubernetes-validate",
+        &KUBERNETES_VALIDATE_PACKAGES,
+        "import kubernetes_validate",
+    )
 }
 
 /// A virtual environment `target/test-venv-{name}` with `packages`, made
@@ -238,11 +259,19 @@ impl Watch {
 
     /// The same with environment variables set.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Watch {
-        let mut child = Command::new(observer_bin())
-            .arg("watch")
+        let mut cmd = Command::new(observer_bin());
+        cmd.arg("watch")
             .arg("--json")
             .args(args)
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Self::spawn(cmd)
+    }
+
+    /// Any command that ends in `observer watch --json ...` (under setpriv,
+    /// in a container): spawned, and waited for until its `ready` line
+    /// (60 s: a container starts in its own time).
+    pub fn spawn(mut cmd: Command) -> Watch {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -255,7 +284,7 @@ impl Watch {
             stderr,
             stderr_seen: Vec::new(),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match w.stderr.recv_timeout(left) {
@@ -347,12 +376,13 @@ pub struct Daemon {
 
 impl Daemon {
     /// Spawns `cmd` (an `observer run ...`) and waits for its `ready` line.
-    pub fn start(mut cmd: Command) -> Daemon {
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+    pub fn start(cmd: Command) -> Daemon {
+        Self::start_with_stdout(cmd, Stdio::null())
+    }
+
+    /// The same with its stdout (`--print` records) sent to `out`.
+    pub fn start_with_stdout(mut cmd: Command, out: Stdio) -> Daemon {
+        let mut child = cmd.stdout(out).stderr(Stdio::piped()).spawn().unwrap();
         let stderr = lines(child.stderr.take().unwrap());
         let mut d = Daemon { child, stderr };
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -1,167 +1,20 @@
 //! `observer run`: OTLP traces and metrics to a receiver of the test's own
-//! (gRPC, built from opentelemetry-proto's tonic service, and HTTP/protobuf),
-//! the Prometheus endpoint, and config errors.
+//! (tests/src/otlp.rs: gRPC, HTTP/protobuf, and a traces-only endpoint as
+//! Jaeger is), the Prometheus endpoint, and config errors.
 //! Needs root (loads eBPF); see tests/src/lib.rs.
 #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
-    net::TcpListener,
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use opentelemetry_proto::tonic::{
-    collector::{
-        metrics::v1::{
-            metrics_service_server::{MetricsService, MetricsServiceServer},
-            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-        },
-        trace::v1::{
-            trace_service_server::{TraceService, TraceServiceServer},
-            ExportTraceServiceRequest, ExportTraceServiceResponse,
-        },
-    },
     common::v1::{any_value::Value as AnyV, KeyValue},
     trace::v1::{span::SpanKind, Span},
 };
-use prost::Message;
 use serde_json::Value;
-use tests::*;
-
-#[derive(Default, Clone)]
-struct Received {
-    traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
-    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Received {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.traces.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-#[tonic::async_trait]
-impl MetricsService for Received {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.metrics.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
-    }
-}
-
-/// An OTLP/gRPC receiver on a free port, served from a background thread.
-fn grpc_receiver() -> (Received, u16) {
-    let rec = Received::default();
-    let (port, stop) = serve_grpc(&rec, 0);
-    std::mem::forget(stop);
-    (rec, port)
-}
-
-/// Serves `rec` on `port` (0: any) until the returned sender is dropped.
-fn serve_grpc(rec: &Received, port: u16) -> (u16, tokio::sync::oneshot::Sender<()>) {
-    serve_grpc_with(rec, port, None)
-}
-
-/// The same over TLS with `cert`'s identity when given.
-fn serve_grpc_with(
-    rec: &Received,
-    port: u16,
-    cert: Option<&Cert>,
-) -> (u16, tokio::sync::oneshot::Sender<()>) {
-    let identity = cert.map(|c| {
-        tonic::transport::Identity::from_pem(
-            std::fs::read(c.cert()).unwrap(),
-            std::fs::read(c.key()).unwrap(),
-        )
-    });
-    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let port = l.local_addr().unwrap().port();
-    let r = rec.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            l.set_nonblocking(true).unwrap();
-            let l = tokio::net::TcpListener::from_std(l).unwrap();
-            let mut builder = tonic::transport::Server::builder();
-            if let Some(id) = identity {
-                builder = builder
-                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(id))
-                    .unwrap();
-            }
-            builder
-                .add_service(TraceServiceServer::new(r.clone()))
-                .add_service(MetricsServiceServer::new(r))
-                .serve_with_incoming_shutdown(tokio_stream_from(l), async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
-    });
-    (port, tx)
-}
-
-fn tokio_stream_from(
-    l: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    tokio_stream::wrappers::TcpListenerStream::new(l)
-}
-
-/// An OTLP/HTTP receiver: decodes POSTs to /v1/traces and /v1/metrics.
-fn http_receiver() -> (Received, u16) {
-    let rec = Received::default();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let r = rec.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let mut reader = BufReader::new(s.try_clone().unwrap());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
-            let mut len = 0;
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                if h == "\r\n" || h.is_empty() {
-                    break;
-                }
-                if let Some(v) = h.to_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; len];
-            reader.read_exact(&mut body).unwrap();
-            match path.as_str() {
-                "/v1/traces" => r
-                    .traces
-                    .lock()
-                    .unwrap()
-                    .push(ExportTraceServiceRequest::decode(&body[..]).unwrap()),
-                "/v1/metrics" => r
-                    .metrics
-                    .lock()
-                    .unwrap()
-                    .push(ExportMetricsServiceRequest::decode(&body[..]).unwrap()),
-                _ => {}
-            }
-            let _ =
-                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        }
-    });
-    (rec, port)
-}
+use tests::{otlp::*, *};
 
 /// `observer run` with `env` and `args`; waits for `ready`.
 /// `observer run` sending OTLP/gRPC to `port`, for connections on `server_port`.
@@ -191,48 +44,8 @@ fn start(env: &[(&str, String)], args: &[&str]) -> Daemon {
     Daemon::start(cmd)
 }
 
-fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyV> {
-    attrs
-        .iter()
-        .find(|a| a.key == key)
-        .and_then(|a| a.value.as_ref())
-        .and_then(|v| v.value.as_ref())
-}
-
-fn attr_str(attrs: &[KeyValue], key: &str) -> Option<String> {
-    match attr(attrs, key)? {
-        AnyV::StringValue(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-fn attr_int(attrs: &[KeyValue], key: &str) -> Option<i64> {
-    match attr(attrs, key)? {
-        AnyV::IntValue(v) => Some(*v),
-        _ => None,
-    }
-}
-
 fn ms_of(span: &Span) -> f64 {
     (span.end_time_unix_nano - span.start_time_unix_nano) as f64 / 1e6
-}
-
-/// (resource attributes, span) of everything received.
-fn all_spans(rec: &Received) -> Vec<(Vec<KeyValue>, Span)> {
-    rec.traces
-        .lock()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.resource_spans.clone())
-        .flat_map(|rs| {
-            let res = rs.resource.map(|r| r.attributes).unwrap_or_default();
-            rs.scope_spans
-                .into_iter()
-                .flat_map(|s| s.spans)
-                .map(move |sp| (res.clone(), sp))
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 /// A plain HTTP server (helpers/server.py) that answers after `delay_ms`.
@@ -1154,4 +967,71 @@ fn llm_calls_as_traces() {
             .any(|s| s.parent_span_id == second[0].span_id && s.name.starts_with("socket connect")),
         "phases belong to the first request only"
     );
+}
+
+/// An endpoint that implements only the trace service (as Jaeger does):
+/// traces flow, the metrics it refuses are reported once and not sent again;
+/// with OTEL_METRICS_EXPORTER=none they are not even tried.
+#[test]
+fn a_traces_only_endpoint() {
+    let Some(_serial) = begin("traces_only", &["curl"]) else {
+        return;
+    };
+    let server = http_server(0);
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    for metrics_exporter in ["otlp", "none"] {
+        let (rec, port) = traces_only_receiver();
+        let env = [
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            // Many chances to retry in the run below.
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200".to_owned()),
+            ("OTEL_METRICS_EXPORTER", metrics_exporter.to_owned()),
+        ];
+        let run = start(
+            &env,
+            &[
+                "--prometheus-listen",
+                "none",
+                "--port",
+                &server.port.to_string(),
+            ],
+        );
+        let pids: Vec<u32> = (0..3).map(|_| curl(&url).0).collect();
+        // Ten metric intervals.
+        std::thread::sleep(Duration::from_secs(2));
+        let stderr = run.stop();
+        let summary = summary_of(&stderr);
+        let refusals = stderr
+            .iter()
+            .filter(|l| l.contains("does not take metrics"))
+            .count();
+        let metric_warnings = stderr.iter().filter(|l| l.contains("OTLP metrics")).count();
+        if metrics_exporter == "otlp" {
+            assert_eq!(refusals, 1, "told once: {stderr:#?}");
+            assert_eq!(metric_warnings, 1, "and never retried: {stderr:#?}");
+            assert_eq!(summary["export"]["metrics_refused"], true, "{summary:#}");
+            assert_eq!(summary["export"]["export_errors"], 1, "{summary:#}");
+        } else {
+            assert_eq!(metric_warnings, 0, "not tried: {stderr:#?}");
+            assert_eq!(summary["export"]["metrics_refused"], false, "{summary:#}");
+            assert_eq!(summary["export"]["export_errors"], 0, "{summary:#}");
+        }
+        assert_eq!(summary["export"]["traces_refused"], false, "{summary:#}");
+        assert!(rec.metrics.lock().unwrap().is_empty());
+        // Every curl's connection arrived as a trace.
+        let spans = all_spans(&rec);
+        for pid in pids {
+            assert!(
+                spans.iter().any(|(res, s)| {
+                    attr_int(res, "process.pid") == Some(i64::from(pid))
+                        && s.name.starts_with("tcp ")
+                }),
+                "{metrics_exporter}: no connection span of curl {pid}"
+            );
+        }
+        assert_eq!(summary["export"]["records_dropped"], 0, "{summary:#}");
+    }
 }

@@ -272,3 +272,31 @@ fn wrong_method_and_path() {
     assert_eq!(query.0, 200, "{query:?}");
     assert!(query.2.contains("observer_"), "{query:?}");
 }
+
+/// The probes a DaemonSet points at (deploy/kubernetes): live, and ready
+/// once `ready` is out and the pipeline has turned (the stalled case is the
+/// unit test in observer/src/health.rs: a stalled stage cannot be made to
+/// happen from outside without stopping the listener with it).
+#[test]
+fn liveness_and_readiness() {
+    let Some(_serial) = begin("prometheus_health", &[]) else {
+        return;
+    };
+    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let run = start(listen);
+    // The correlator's first tick is within a second of start.
+    let t0 = Instant::now();
+    let ready = loop {
+        let r = http_request(listen, "GET", "/readyz").unwrap();
+        if r.0 == 200 || t0.elapsed() > Duration::from_secs(5) {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let live = http_request(listen, "GET", "/healthz").unwrap();
+    run.stop();
+    assert_eq!(ready.0, 200, "{ready:?}");
+    assert_eq!(ready.2, "ok\n", "{ready:?}");
+    assert_eq!(live.0, 200, "{live:?}");
+    assert_eq!(live.2, "ok\n", "{live:?}");
+}

@@ -1,10 +1,11 @@
-//! Project tasks: `cargo xtask setup | build | run | test`.
+//! Project tasks: `cargo xtask setup | build | run | test | image`.
 //!
 //! `build`, `run` and `test` call `setup` first, so a fresh machine of this kind
 //! needs nothing but these commands. xtask orchestrates; the eBPF object itself
 //! is built by observer/build.rs.
 
 mod bench;
+mod image;
 mod setup;
 mod test;
 
@@ -48,6 +49,9 @@ enum Task {
     /// --json` with nvidia-smi and check a short `observer watch` while this
     /// check holds a CUDA context (tests/helpers/gpu_check.py).
     GpuCheck,
+    /// Build the container image localhost/observer:latest (podman, FROM
+    /// scratch: the release binary, its shared libraries and loader).
+    Image(image::ImageArgs),
     /// Run every test: unit tests and the end-to-end tests (as root).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -94,6 +98,7 @@ fn main() -> Result<()> {
             anyhow::ensure!(status.success(), "gpu-check failed");
             Ok(())
         }
+        Task::Image(args) => image::run(&args),
         Task::Test { args } => {
             setup::run()?;
             test::run(&args)

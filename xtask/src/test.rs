@@ -26,6 +26,14 @@ pub const TOOLS: &[(&str, &str)] = &[
     // DNS tests: a resolver that sends its own queries, and musl's libc.
     ("dig", "dnsutils"),
     ("musl-gcc", "musl-tools"),
+    // Image test: podman builds the image FROM scratch and runs it with
+    // Debian's runc (its default crun refuses hybrid cgroup layouts).
+    ("podman", "podman"),
+    ("runc", "runc"),
+    // Deploy test: the host service's unit checked by `systemd-analyze verify`.
+    // (Its manifests test also needs kubectl, whose kustomize renders them: it
+    // comes with this machine kind, not from Debian, so it is not listed here.)
+    ("systemd-analyze", "systemd"),
 ];
 
 fn have(cmd: &str) -> bool {

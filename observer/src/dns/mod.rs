@@ -43,11 +43,12 @@ pub struct ResolverFileReport {
     pub error: Option<String>,
 }
 
-/// Attaches the library and (with `wire`) the wire probes, each on its own.
-pub fn attach(probes: &mut Probes, wire: bool) -> DnsReport {
+/// Attaches the library and (with `wire`) the wire probes, each on its own;
+/// the wire ones on `cgroup_root` when given.
+pub fn attach(probes: &mut Probes, wire: bool, cgroup_root: Option<&Path>) -> DnsReport {
     let (probed, error) = split(attach_libc(probes));
     let (wire_probed, wire_error) = split(if wire {
-        attach_wire(probes)
+        attach_wire(probes, cgroup_root)
     } else {
         Err("--dns-wire off".into())
     });
@@ -75,8 +76,8 @@ fn split(r: Result<String, String>) -> (Option<String>, Option<String>) {
 
 /// The wire programs of the table on the root cgroup: they see every socket
 /// of the host's processes.
-fn attach_wire(probes: &mut Probes) -> Result<String, String> {
-    let root = crate::cgroup::attach_on_root(probes, Feature::DnsWire)?;
+fn attach_wire(probes: &mut Probes, cgroup_root: Option<&Path>) -> Result<String, String> {
+    let root = crate::cgroup::attach_on_root(probes, Feature::DnsWire, cgroup_root)?;
     Ok(format!("port 53 on cgroup {}", root.display()))
 }
 

@@ -27,6 +27,8 @@ pub struct DnsRecord {
     pub comm: Arc<str>,
     /// The process's executable, when /proc could tell.
     pub exe: Option<Arc<str>>,
+    /// The process's container and Kubernetes pod (null: none).
+    pub container: Option<Arc<crate::k8s::Container>>,
     pub name: Arc<str>,
     /// "A", "AAAA", ... as asked on the wire; library lookups: "A", "AAAA",
     /// or "ANY" (getaddrinfo asked for both).
@@ -100,6 +102,7 @@ impl DnsRecord {
             tid: ev.tid,
             comm: Arc::from(comm_str_n(&ev.comm)),
             exe: None,
+            container: None,
             name: Arc::from(comm_str_n(&ev.name)),
             qtype: Cow::Borrowed(match u16::try_from(ev.family).unwrap_or(0) {
                 AF_INET => "A",
@@ -243,6 +246,7 @@ pub(crate) mod tests {
             tid,
             comm: Arc::from("curl"),
             exe: None,
+            container: None,
             name: Arc::from("api.test"),
             qtype: "ANY".into(),
             duration_ns: 1_000,

@@ -352,6 +352,7 @@ fn record(
         tid: p.tid,
         comm: Arc::clone(&p.comm),
         exe: None,
+        container: None,
         name: Arc::clone(&p.name),
         qtype: message::qtype_name(p.qtype),
         duration_ns: end_ns.saturating_sub(p.start_ns),

@@ -11,8 +11,8 @@ use aya::{
 use observer_common::{
     tls::{BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
     tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_RING_BYTES, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL, SK_ERR_OFFSET_GLOBAL,
-    SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    DEFAULT_RING_BYTES, DNS_WIRE_GLOBAL, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL,
+    SK_ERR_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
 use crate::{conntrack::KernelConns, tracefs};
@@ -72,9 +72,10 @@ pub struct Loaded {
 }
 
 /// Parses the object and creates its maps. Load-time constants: our own tgid
-/// (the programs never observe the observer), the `sk_err` offset from BTF, and
-/// whether records wait for the socket's destruction.
-pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
+/// (the programs never observe the observer), the `sk_err` offset from BTF,
+/// whether records wait for the socket's destruction, and whether the packet
+/// programs read DNS messages.
+pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded, LoadError> {
     if !crate::privileges::Privileges::current().sufficient() {
         return Err(LoadError::NotPrivileged);
     }
@@ -101,6 +102,7 @@ pub fn load(opts: &LoadOptions, tracefs: &Path) -> Result<Loaded, LoadError> {
         .override_global(SRTT_US_OFFSET_GLOBAL, &srtt, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .override_global(BUSY_CALLS_GLOBAL, &busy_calls, true)
+        .override_global(DNS_WIRE_GLOBAL, &u32::from(dns_wire), true)
         .map_max_entries(CONNS_MAP, opts.max_connections)
         .map_max_entries(EVENTS_MAP, opts.ring_bytes)
         .load(OBJECT)?;

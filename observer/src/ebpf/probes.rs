@@ -336,13 +336,17 @@ impl Probes {
         r
     }
 
-    /// A cgroup program of the table on the cgroup directory `dir`.
+    /// A cgroup program of the table on the cgroup directory `dir`, once:
+    /// a program that serves two features is asked for by both.
     pub fn attach_cgroup(
         &mut self,
         name: &'static str,
         dir: &std::fs::File,
         shown: &Path,
     ) -> Result<(), ProbeError> {
+        if self.states.get(name).is_some_and(|s| s.attached > 0) {
+            return Ok(());
+        }
         let r = self.load(name).and_then(|()| {
             let hook = row(name)?.hook;
             let attach = |source| ProbeError::Attach {

@@ -24,6 +24,9 @@ pub struct FileConfig {
     /// (`endpoint`, `protocol`, `headers`, `traces_endpoint`, ...).
     #[serde(default)]
     pub otlp: HashMap<String, String>,
+    /// OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER: "otlp" or "none".
+    pub traces_exporter: Option<String>,
+    pub metrics_exporter: Option<String>,
     /// OTEL_RESOURCE_ATTRIBUTES as a table.
     #[serde(default)]
     pub resource: HashMap<String, String>,
@@ -163,9 +166,13 @@ pub fn resolve(
     };
     // The file's otlp table stands below the environment.
     let merged = |name: &str| -> Option<String> {
-        env(name).or_else(|| {
-            let key = name.strip_prefix("OTEL_EXPORTER_OTLP_")?.to_lowercase();
-            file.otlp.get(&key).cloned()
+        env(name).or_else(|| match name {
+            "OTEL_TRACES_EXPORTER" => file.traces_exporter.clone(),
+            "OTEL_METRICS_EXPORTER" => file.metrics_exporter.clone(),
+            _ => {
+                let key = name.strip_prefix("OTEL_EXPORTER_OTLP_")?.to_lowercase();
+                file.otlp.get(&key).cloned()
+            }
         })
     };
     let otlp = OtlpConfig::from_vars(&merged)?;
@@ -281,6 +288,37 @@ mod tests {
         assert!(
             s.otlp.traces.is_none() && s.otlp.metrics.is_none(),
             "nothing without an endpoint"
+        );
+    }
+
+    #[test]
+    fn exporter_switches_turn_a_signal_off() {
+        let file: FileConfig =
+            toml::from_str("metrics_exporter = \"none\"\n[otlp]\nendpoint = \"http://j:4317\"\n")
+                .expect("parses");
+        let s = resolve(&file, &env(&[]), &Flags::default()).expect("valid");
+        assert!(s.otlp.traces.is_some() && s.otlp.metrics.is_none());
+        // The environment stands above the file.
+        let s = resolve(
+            &file,
+            &env(&[
+                ("OTEL_METRICS_EXPORTER", "otlp"),
+                ("OTEL_TRACES_EXPORTER", "NONE"),
+            ]),
+            &Flags::default(),
+        )
+        .expect("valid");
+        assert!(s.otlp.traces.is_none() && s.otlp.metrics.is_some());
+        let bad = resolve(
+            &file,
+            &env(&[("OTEL_TRACES_EXPORTER", "zipkin")]),
+            &Flags::default(),
+        )
+        .expect_err("not ours");
+        let msg = bad.to_string();
+        assert!(
+            msg.contains("OTEL_TRACES_EXPORTER") && msg.contains("zipkin"),
+            "{msg}"
         );
     }
 

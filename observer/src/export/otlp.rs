@@ -1,7 +1,10 @@
 //! OTLP export over gRPC (tonic) or HTTP/protobuf (hyper), configured by the
-//! standard OTEL_EXPORTER_OTLP_* variables. A bounded queue in front, retries
+//! standard OTEL_EXPORTER_OTLP_* variables (and OTEL_TRACES_EXPORTER /
+//! OTEL_METRICS_EXPORTER: otlp or none). A bounded queue in front, retries
 //! with backoff behind: a collector that is down costs counted drops, never
-//! unbounded memory and never a stall of event processing.
+//! unbounded memory and never a stall of event processing. An endpoint that
+//! does not implement a signal's service (Jaeger takes traces only) is told
+//! once and that signal stops; the other goes on.
 
 use std::{
     sync::{
@@ -182,9 +185,27 @@ impl OtlpConfig {
                     })?,
             ),
         };
+        // OTEL_{TRACES,METRICS}_EXPORTER: the SDKs' switch; only otlp (the
+        // default) and none mean anything here.
+        let wanted = |key: &str| -> Result<bool, BadSetting> {
+            match get(key) {
+                None => Ok(true),
+                Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                    "" | "otlp" => Ok(true),
+                    "none" => Ok(false),
+                    _ => Err(bad(key, &v, "expected otlp or none")),
+                },
+            }
+        };
         Ok(Self {
-            traces: signal("TRACES", "v1/traces")?,
-            metrics: signal("METRICS", "v1/metrics")?,
+            traces: match wanted("OTEL_TRACES_EXPORTER")? {
+                true => signal("TRACES", "v1/traces")?,
+                false => None,
+            },
+            metrics: match wanted("OTEL_METRICS_EXPORTER")? {
+                true => signal("METRICS", "v1/metrics")?,
+                false => None,
+            },
             metric_interval,
         })
     }
@@ -204,11 +225,37 @@ macro_rules! export {
                 c.export(Sender::grpc_request($sig, $req))
                     .await
                     .map(|_| ())
-                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+                    .map_err(|s| Failure {
+                        refused: s.code() == tonic::Code::Unimplemented,
+                        why: format!("{}: {}", s.code(), s.message()),
+                    })
             }
             Sender::Http(_) => $sender.http($sig, $req.encode_to_vec()).await,
         }
     };
+}
+
+/// Why an export failed; `refused`: the endpoint does not take this signal
+/// at all (gRPC Unimplemented; HTTP 404, 405 or 501), so retrying is useless.
+#[derive(Debug)]
+struct Failure {
+    why: String,
+    refused: bool,
+}
+
+impl From<String> for Failure {
+    fn from(why: String) -> Self {
+        Failure {
+            why,
+            refused: false,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
 }
 
 /// Sends one signal's requests.
@@ -309,9 +356,9 @@ impl Sender {
         r
     }
 
-    async fn http(&self, sig: &Signal, body: Vec<u8>) -> Result<(), String> {
+    async fn http(&self, sig: &Signal, body: Vec<u8>) -> Result<(), Failure> {
         let Sender::Http(client) = self else {
-            return Err("not an HTTP sender".into());
+            return Err(Failure::from("not an HTTP sender".to_owned()));
         };
         let (body, encoding) = if sig.gzip {
             use std::io::Write;
@@ -341,15 +388,18 @@ impl Sender {
         if status.is_success() {
             Ok(())
         } else {
-            Err(format!("HTTP {status}"))
+            Err(Failure {
+                why: format!("HTTP {status}"),
+                refused: matches!(status.as_u16(), 404 | 405 | 501),
+            })
         }
     }
 
-    async fn traces(&self, sig: &Signal, req: ExportTraceServiceRequest) -> Result<(), String> {
+    async fn traces(&self, sig: &Signal, req: ExportTraceServiceRequest) -> Result<(), Failure> {
         export!(self, sig, req, TraceServiceClient)
     }
 
-    async fn metrics(&self, sig: &Signal, req: ExportMetricsServiceRequest) -> Result<(), String> {
+    async fn metrics(&self, sig: &Signal, req: ExportMetricsServiceRequest) -> Result<(), Failure> {
         export!(self, sig, req, MetricsServiceClient)
     }
 }
@@ -363,6 +413,10 @@ pub struct ExportStats {
     pub records_dropped: AtomicU64,
     pub export_errors: AtomicU64,
     pub metric_exports: AtomicU64,
+    /// The endpoint does not implement the trace / metrics service: that
+    /// signal was stopped at its first refusal.
+    pub traces_refused: std::sync::atomic::AtomicBool,
+    pub metrics_refused: std::sync::atomic::AtomicBool,
 }
 
 /// Which records become traces. Metrics see every record.
@@ -412,7 +466,7 @@ const ATTEMPTS: u32 = 5;
 impl Exporter {
     /// Runs until its queue's senders are gone, then flushes what is left.
     pub async fn run(self, mut rx: mpsc::Receiver<Traced>) {
-        let traces = self
+        let mut traces = self
             .config
             .traces
             .clone()
@@ -423,7 +477,7 @@ impl Exporter {
                     None
                 }
             });
-        let metrics = self
+        let mut metrics = self
             .config
             .metrics
             .clone()
@@ -451,26 +505,45 @@ impl Exporter {
                             }
                         }
                         if batch.len() >= MAX_BATCH {
-                            self.send_traces(&traces, &mut batch, &mut ids).await;
+                            self.send_traces(&mut traces, &mut batch, &mut ids).await;
                         }
                     }
                     None => break,
                 },
-                _ = flush.tick() => self.send_traces(&traces, &mut batch, &mut ids).await,
-                _ = metric_tick.tick() => self.send_metrics(&metrics).await,
+                _ = flush.tick() => self.send_traces(&mut traces, &mut batch, &mut ids).await,
+                _ = metric_tick.tick() => self.send_metrics(&mut metrics).await,
             }
         }
-        self.send_traces(&traces, &mut batch, &mut ids).await;
-        self.send_metrics(&metrics).await;
+        self.send_traces(&mut traces, &mut batch, &mut ids).await;
+        self.send_metrics(&mut metrics).await;
+    }
+
+    /// Stops a signal its endpoint does not implement, saying so once.
+    fn refused(
+        &self,
+        what: &str,
+        slot: &mut Option<(Signal, Sender)>,
+        flag: &std::sync::atomic::AtomicBool,
+        f: &Failure,
+    ) {
+        if let Some((sig, _)) = slot.take() {
+            flag.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                "OTLP {what}: {} does not take {what} ({f}); not sending them again \
+                 (OTEL_{}_EXPORTER=none silences this)",
+                sig.endpoint,
+                what.to_uppercase()
+            );
+        }
     }
 
     async fn send_traces(
         &self,
-        traces: &Option<(Signal, Sender)>,
+        traces: &mut Option<(Signal, Sender)>,
         batch: &mut Vec<Traced>,
         ids: &mut Ids,
     ) {
-        let Some((sig, sender)) = traces else {
+        let Some((sig, sender)) = traces.as_ref() else {
             batch.clear();
             return;
         };
@@ -486,6 +559,7 @@ impl Exporter {
             .map(|s| s.spans.len())
             .sum();
         let mut delay = Duration::from_millis(200);
+        let mut refusal = None;
         for attempt in 1..=ATTEMPTS {
             match sender.traces(sig, req.clone()).await {
                 Ok(()) => {
@@ -493,6 +567,11 @@ impl Exporter {
                         .spans_sent
                         .fetch_add(n_spans as u64, Ordering::Relaxed);
                     return;
+                }
+                Err(e) if e.refused => {
+                    self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
+                    refusal = Some(e);
+                    break;
                 }
                 Err(e) => {
                     self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
@@ -507,10 +586,15 @@ impl Exporter {
         self.stats
             .records_dropped
             .fetch_add(records.len() as u64, Ordering::Relaxed);
+        if let Some(e) = refusal {
+            self.refused("traces", traces, &self.stats.traces_refused, &e);
+        }
     }
 
-    async fn send_metrics(&self, metrics: &Option<(Signal, Sender)>) {
-        let Some((sig, sender)) = metrics else { return };
+    async fn send_metrics(&self, metrics: &mut Option<(Signal, Sender)>) {
+        let Some((sig, sender)) = metrics.as_ref() else {
+            return;
+        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -521,6 +605,10 @@ impl Exporter {
         match sender.metrics(sig, req).await {
             Ok(()) => {
                 self.stats.metric_exports.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.refused => {
+                self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
+                self.refused("metrics", metrics, &self.stats.metrics_refused, &e);
             }
             Err(e) => {
                 // Cumulative: the next export carries everything again.

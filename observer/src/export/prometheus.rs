@@ -29,6 +29,7 @@ use tokio::{
 };
 
 use super::metrics::Metrics;
+use crate::{health::Health, stats::Stats};
 
 /// Default listen address (`--prometheus-listen`).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
@@ -71,11 +72,16 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 /// Serves scrapes until the task is dropped (which closes every connection).
 /// A bad request gets an error status; nothing a client sends can stop the
 /// endpoint.
-pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
-    serve_with(listener, metrics, LIMITS).await;
+pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>, stats: Arc<Stats>) {
+    serve_with(listener, metrics, stats, LIMITS).await;
 }
 
-async fn serve_with(listener: TcpListener, metrics: Arc<Mutex<Metrics>>, limits: Limits) {
+async fn serve_with(
+    listener: TcpListener,
+    metrics: Arc<Mutex<Metrics>>,
+    stats: Arc<Stats>,
+    limits: Limits,
+) {
     let mut live = Live::default();
     let mut reported = Vec::new();
     loop {
@@ -99,6 +105,7 @@ async fn serve_with(listener: TcpListener, metrics: Arc<Mutex<Metrics>>, limits:
         live.tasks.push_back(tokio::spawn(connection(
             stream,
             Arc::clone(&metrics),
+            Arc::clone(&stats),
             limits,
         )));
     }
@@ -144,9 +151,14 @@ impl Drop for Live {
 
 /// One connection: one request, then close (no keep-alive), all within the
 /// deadline.
-async fn connection(stream: TcpStream, metrics: Arc<Mutex<Metrics>>, limits: Limits) {
+async fn connection(
+    stream: TcpStream,
+    metrics: Arc<Mutex<Metrics>>,
+    stats: Arc<Stats>,
+    limits: Limits,
+) {
     let service = service_fn(move |req: Request<Incoming>| {
-        let resp = respond(req.method(), req.uri().path(), &metrics);
+        let resp = respond(req.method(), req.uri().path(), &metrics, &stats.health);
         async move { Ok::<_, Infallible>(resp) }
     });
     let conn = http1::Builder::new()
@@ -162,9 +174,22 @@ async fn connection(stream: TcpStream, metrics: Arc<Mutex<Metrics>>, limits: Lim
     }
 }
 
-/// GET (or HEAD) /metrics: the text; another path: 404; another method: 405.
-fn respond(method: &Method, path: &str, metrics: &Mutex<Metrics>) -> Response<Full<Bytes>> {
+/// GET (or HEAD) /metrics: the text; /healthz and /readyz: 200 "ok" or 503
+/// and why; another path: 404; another method: 405.
+fn respond(
+    method: &Method,
+    path: &str,
+    metrics: &Mutex<Metrics>,
+    health: &Health,
+) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let probe = |r: Result<(), String>| match r {
+        Ok(()) => (StatusCode::OK, TEXT, "ok\n".to_owned()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+    };
     let (status, ctype, body) = match (method, path) {
+        (&Method::GET | &Method::HEAD, "/healthz") => probe(health.live()),
+        (&Method::GET | &Method::HEAD, "/readyz") => probe(health.ready()),
         (&Method::GET | &Method::HEAD, "/metrics") => {
             // A panic elsewhere while holding the lock leaves counters that
             // are still worth reading.
@@ -177,7 +202,7 @@ fn respond(method: &Method, path: &str, metrics: &Mutex<Metrics>) -> Response<Fu
         (&Method::GET | &Method::HEAD, _) => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "try /metrics\n".to_owned(),
+            "try /metrics, /healthz or /readyz\n".to_owned(),
         ),
         _ => (
             StatusCode::METHOD_NOT_ALLOWED,
@@ -218,18 +243,35 @@ mod tests {
     #[test]
     fn statuses_by_method_and_path() {
         let m = metrics();
-        let ok = respond(&Method::GET, "/metrics", &m);
+        let h = Health::default();
+        let ok = respond(&Method::GET, "/metrics", &m, &h);
         assert_eq!(ok.status(), StatusCode::OK);
         assert_eq!(ok.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
         assert_eq!(
-            respond(&Method::HEAD, "/metrics", &m).status(),
+            respond(&Method::HEAD, "/metrics", &m, &h).status(),
             StatusCode::OK
         );
         assert_eq!(
-            respond(&Method::GET, "/", &m).status(),
+            respond(&Method::GET, "/", &m, &h).status(),
             StatusCode::NOT_FOUND
         );
-        let post = respond(&Method::POST, "/metrics", &m);
+        // Live before start (nothing stalled), not ready until started and turning.
+        assert_eq!(
+            respond(&Method::GET, "/healthz", &m, &h).status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            respond(&Method::GET, "/readyz", &m, &h).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        h.set_ready();
+        h.reader_beat();
+        h.correlator_beat();
+        assert_eq!(
+            respond(&Method::GET, "/readyz", &m, &h).status(),
+            StatusCode::OK
+        );
+        let post = respond(&Method::POST, "/metrics", &m, &h);
         assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(post.headers()[header::ALLOW], "GET, HEAD");
     }
@@ -237,7 +279,7 @@ mod tests {
     async fn start(limits: Limits) -> SocketAddr {
         let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = l.local_addr().unwrap();
-        tokio::spawn(serve_with(l, metrics(), limits));
+        tokio::spawn(serve_with(l, metrics(), Arc::default(), limits));
         addr
     }
 

@@ -43,6 +43,7 @@ struct Proc<'a> {
     pid: Option<u32>,
     comm: Option<&'a str>,
     exe: Option<&'a str>,
+    container: Option<&'a crate::k8s::Container>,
 }
 
 impl Traced {
@@ -52,16 +53,19 @@ impl Traced {
                 pid: r.pid,
                 comm: r.comm.as_deref(),
                 exe: r.exe.as_deref(),
+                container: r.container.as_deref(),
             },
             Traced::Dns(r) => Proc {
                 pid: Some(r.pid),
                 comm: Some(&r.comm),
                 exe: r.exe.as_deref(),
+                container: r.container.as_deref(),
             },
             Traced::Request(r) => Proc {
                 pid: r.pid,
                 comm: r.comm.as_deref(),
                 exe: r.exe.as_deref(),
+                container: r.container.as_deref(),
             },
         }
     }
@@ -93,22 +97,12 @@ pub fn resource(r: &Traced, host: &str, service_name: Option<&str>) -> Vec<KeyVa
     if let Some(comm) = r.comm {
         a.push(s("process.command", comm));
     }
-    if let Some(id) = r.pid.and_then(container_id) {
-        a.push(s("container.id", id));
+    if let Some(c) = r.container {
+        for (k, v) in c.attributes() {
+            a.push(s(k, v));
+        }
     }
     a
-}
-
-/// The container id in a process's cgroup path (64 hex characters, as
-/// docker, containerd and CRI-O name their scopes), if any.
-pub fn container_id(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines().find_map(|l| {
-        let path = l.rsplit(':').next()?;
-        path.split(['/', '-', '.'])
-            .find(|part| part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()))
-            .map(str::to_owned)
-    })
 }
 
 struct Ends {
@@ -708,6 +702,7 @@ mod tests {
             tid: 43,
             comm: "dig".into(),
             exe: Some("/usr/bin/dig".into()),
+            container: None,
             name: "gone.test".into(),
             qtype: "A".into(),
             duration_ns: 5_000,

@@ -62,6 +62,8 @@ pub struct RequestRecord {
     pub tid: Option<u32>,
     pub comm: Option<Arc<str>>,
     pub exe: Option<Arc<str>>,
+    /// The process's container and Kubernetes pod (null: none).
+    pub container: Option<Arc<crate::k8s::Container>>,
     pub direction: Direction,
     pub local_addr: IpAddr,
     pub local_port: u16,
@@ -183,6 +185,7 @@ impl RequestRecord {
             tid: conn.tid,
             comm: conn.comm.clone(),
             exe: conn.exe.clone(),
+            container: conn.container.clone(),
             direction: conn.direction,
             local_addr: conn.local_addr,
             local_port: conn.local_port,

@@ -90,6 +90,9 @@ pub fn libssl() -> Result<String> {
     bail!("libssl.so.3 not found")
 }
 
+/// `--observer-args`, for every observer the bench starts.
+pub static OBSERVER_ARGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
 impl Attached {
     pub fn start(mode: Mode, root: &Path, extra: &[&str]) -> Result<Attached> {
         match mode {
@@ -101,6 +104,7 @@ impl Attached {
                 let mut child = Command::new(root.join("target/release/observer"))
                     .args(["watch", "--json", "--update-interval", "0"])
                     .args(extra)
+                    .args(OBSERVER_ARGS.get().into_iter().flatten())
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
                     .spawn()

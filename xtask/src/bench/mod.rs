@@ -48,6 +48,11 @@ pub struct BenchArgs {
     /// observer's RSS and map occupancy with their start (e.g. 1800).
     #[arg(long)]
     pub soak_seconds: Option<u64>,
+    /// More arguments for every observer the bench starts (split at
+    /// whitespace), to compare settings, e.g. "--tls-plaintext-probes off".
+    /// The report names them.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub observer_args: Option<String>,
 }
 
 /// One measurement of one workload under one mode.
@@ -211,7 +216,11 @@ fn run_workload(root: &Path, nginx: &Nginx, w: &Workload, rounds: u32, secs: u64
             samples.push((mode, round, s));
         }
     }
-    Ok(report::summarize_workload(w.name, rounds, &samples))
+    let mut v = report::summarize_workload(w.name, rounds, &samples);
+    if let Some(a) = attach::OBSERVER_ARGS.get() {
+        v["observer_args"] = json!(a.join(" "));
+    }
+    Ok(v)
 }
 
 /// Many idle connections: the observer's memory with `tracked` sockets tracked
@@ -315,6 +324,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         ("openssl", "openssl"),
     ])?;
     run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
+    if let Some(a) = &args.observer_args {
+        let _ = attach::OBSERVER_ARGS.set(a.split_whitespace().map(str::to_owned).collect());
+    }
 
     let mut results = Vec::new();
     if want("pipeline") {

@@ -1,0 +1,182 @@
+//! DNS messages on port 53, read by the cgroup_skb programs (`cgroup_skb`). A
+//! query a socket sends and the response it receives go to userspace whole
+//! (up to 512 bytes of the UDP or TCP payload), which parses them; here only
+//! the IP and UDP/TCP headers are read.
+//!
+//! Packet-level hooks instead of syscall tracepoints: any syscall tracepoint
+//! slows every syscall on the machine, while this runs per packet and leaves
+//! at once for connected sockets whose far port is not 53 (the socket's port
+//! is in the context), after three header loads for the others.
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_skb_load_bytes,
+    },
+    macros::map,
+    maps::LruHashMap,
+    programs::SkBuffContext,
+    EbpfContext,
+};
+use observer_common::{
+    dns::{DnsPacketEvent, DNS_PAYLOAD_LEN, DNS_PORT, MAX_DNS_SOCKS},
+    Counter, EventKind, IPPROTO_TCP, IPPROTO_UDP,
+};
+
+use crate::{
+    cgroup_skb::layers,
+    ctx::now_ns,
+    events::{reserve, submit_flags},
+    libc_resolver::DNS_CALLS,
+    maps::{count, own_tgid},
+};
+
+/// Sockets that sent a query: only their responses are sent up, and their
+/// release ends the queries still unanswered.
+#[map(name = "DNS_SOCKS")]
+pub static DNS_SOCKS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(MAX_DNS_SOCKS, 0);
+
+/// `bpf_sock.state` of a listening TCP socket.
+const TCP_LISTEN: u32 = 10;
+
+/// A DNS header is 12 bytes; shorter payloads are not DNS.
+const DNS_HEADER: usize = 12;
+
+/// The far port of the packet's socket, when it is connected (0: not
+/// connected, or unknown). `__sk_buff.remote_port` holds it in network
+/// order, in the upper half of the word on little-endian machines.
+#[inline(always)]
+fn socket_remote_port(ctx: &SkBuffContext) -> u16 {
+    let raw = ctx.skb.remote_port();
+    let be = if raw >> 16 != 0 {
+        raw >> 16
+    } else {
+        raw & 0xffff
+    };
+    u16::from_be(be as u16)
+}
+
+/// Some: the packet was a DNS message sent up (nothing else reads it).
+#[inline(always)]
+pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
+    // Most packets belong to connected sockets whose far end is not port 53:
+    // two context loads, no helper call (keep-alive HTTPS traffic pays only
+    // this). Unconnected sockets (UDP sendto) are looked at in full.
+    let far = socket_remote_port(ctx);
+    if far != 0 && far != DNS_PORT {
+        return None;
+    }
+    // A listening TCP socket never asks: a server's SYN, SYN-ACK and
+    // handshake ACK pass with one more load.
+    // SAFETY: the program's own context; the socket pointer is checked
+    // against null before its state (in every socket) is read.
+    let sk = unsafe { (*ctx.skb.skb).__bindgen_anon_2.sk };
+    if !sk.is_null() && unsafe { (*sk).state } == TCP_LISTEN {
+        return None;
+    }
+    let l = layers(ctx)?;
+    if u16::from(l.proto) != IPPROTO_UDP && u16::from(l.proto) != IPPROTO_TCP {
+        return None;
+    }
+    let ports: [u8; 4] = ctx.load(l.l4).ok()?;
+    let (src, dst) = (
+        u16::from_be_bytes([ports[0], ports[1]]),
+        u16::from_be_bytes([ports[2], ports[3]]),
+    );
+    let (remote_port, local_port) = if egress { (dst, src) } else { (src, dst) };
+    if remote_port != DNS_PORT {
+        return None;
+    }
+    // SAFETY: the program's own context.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    let pid_tgid = if egress {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        if (pid_tgid >> 32) as u32 == own_tgid() {
+            return None;
+        }
+        pid_tgid
+    } else {
+        // Responses only for sockets seen asking (not ours, not older ones).
+        DNS_SOCKS.get_ptr(&cookie)?;
+        0
+    };
+    // Over TCP the payload keeps each message's two-byte length prefix: one
+    // segment can carry several messages (glibc writes a call's A and AAAA
+    // queries in one writev), and userspace splits them by it.
+    let (payload, prefix) = if u16::from(l.proto) == IPPROTO_UDP {
+        (l.l4 + 8, 0)
+    } else {
+        let doff: u8 = ctx.load(l.l4 + 12).ok()?;
+        (l.l4 + usize::from(doff >> 4) * 4, 2)
+    };
+    let total = ctx.len() as usize;
+    if total < payload + prefix + DNS_HEADER {
+        // A bare ACK or handshake segment.
+        return None;
+    }
+    let wire_len = total - payload;
+    let len = if wire_len > DNS_PAYLOAD_LEN {
+        DNS_PAYLOAD_LEN
+    } else {
+        wire_len
+    };
+    if egress && DNS_SOCKS.insert(&cookie, &1, 0).is_err() {
+        count(Counter::DnsSockInsertFailed);
+    }
+    let mut entry = reserve::<DnsPacketEvent>(EventKind::DnsPacket, now_ns())?;
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is a reserved record of the right size; the helpers write
+    // at most `len` (<= DNS_PAYLOAD_LEN) bytes into its payload.
+    unsafe {
+        (*ev).cookie = cookie;
+        (*ev).pid = (pid_tgid >> 32) as u32;
+        (*ev).tid = pid_tgid as u32;
+        (*ev).libc_start_ns = if egress {
+            DNS_CALLS.get(&pid_tgid).map_or(0, |c| c.start_ns)
+        } else {
+            0
+        };
+        (*ev).comm = if egress {
+            bpf_get_current_comm().unwrap_or_default()
+        } else {
+            [0; 16]
+        };
+        (*ev).egress = u8::from(egress);
+        (*ev).proto = l.proto;
+        (*ev).ip_version = l.ip_version;
+        (*ev)._pad = 0;
+        (*ev).remote_port = remote_port;
+        (*ev).local_port = local_port;
+        (*ev).wire_len = wire_len as u32;
+        let (saddr, daddr, alen) = if l.ip_version == 4 {
+            (12, 16, 4)
+        } else {
+            (8, 24, 16)
+        };
+        let (r, lo) = if egress {
+            (daddr, saddr)
+        } else {
+            (saddr, daddr)
+        };
+        if alen == 4 {
+            let a: [u8; 4] = ctx.load(r).unwrap_or([0; 4]);
+            let b: [u8; 4] = ctx.load(lo).unwrap_or([0; 4]);
+            (*ev).remote = [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            (*ev).local = [b[0], b[1], b[2], b[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        } else {
+            (*ev).remote = ctx.load(r).unwrap_or([0; 16]);
+            (*ev).local = ctx.load(lo).unwrap_or([0; 16]);
+        }
+        // ((len - 1) & 511) + 1 == len here (12..=512); the verifier needs
+        // to see the copy's size bounded away from 0 and the buffer's end.
+        let n = ((len as u32 - 1) & (DNS_PAYLOAD_LEN as u32 - 1)) + 1;
+        let ok = bpf_skb_load_bytes(
+            ctx.as_ptr().cast(),
+            payload as u32,
+            core::ptr::addr_of_mut!((*ev).payload).cast(),
+            n,
+        ) == 0;
+        (*ev).len = if ok { n } else { 0 };
+    }
+    entry.submit(submit_flags());
+    Some(())
+}
