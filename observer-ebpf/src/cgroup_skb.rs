@@ -6,6 +6,7 @@
 //! observer adds to a busy keep-alive server.
 
 use aya_ebpf::{macros::cgroup_skb, programs::SkBuffContext};
+use observer_common::IPPROTO_TCP;
 
 use crate::{dns_packets, http_packets, maps::dns_wire};
 
@@ -27,6 +28,34 @@ fn packet(ctx: &SkBuffContext, egress: bool) {
         return;
     }
     let _ = http_packets::packet(ctx, egress);
+}
+
+/// Where a TCP segment's header and payload start, when it has a payload:
+/// None for other protocols, later fragments and segments without data (the
+/// SYNs, ACKs and FINs that are most of a short connection's packets), so
+/// that those leave before any map is touched. One load covers an IPv4
+/// header without options and the TCP data offset; other packets take the
+/// general path.
+#[inline(always)]
+pub fn tcp_payload(ctx: &SkBuffContext) -> Option<(usize, usize)> {
+    let total = ctx.len() as usize;
+    let head: [u8; 33] = ctx.load(0).ok()?;
+    let (l4, doff) = if head[0] == 0x45 {
+        // IPv4, 20-byte header: protocol, fragment offset, TCP data offset.
+        if u16::from(head[9]) != IPPROTO_TCP || u16::from_be_bytes([head[6], head[7]]) & 0x1fff != 0
+        {
+            return None;
+        }
+        (20, head[32])
+    } else {
+        let l = layers(ctx)?;
+        if u16::from(l.proto) != IPPROTO_TCP {
+            return None;
+        }
+        (l.l4, ctx.load::<u8>(l.l4 + 12).ok()?)
+    };
+    let payload = l4 + usize::from(doff >> 4) * 4;
+    (total > payload).then_some((l4, payload))
 }
 
 /// Where the layers of a packet start.

@@ -32,11 +32,11 @@ use observer_common::{
     tcp_state,
     tls::{op, RATE_WINDOW_NS},
     Conn, Counter, EventKind, AF_INET, AF_INET6, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED,
-    FLAG_MIDSTREAM, FLAG_TLS, FLAG_TLS_RECORDS, IPPROTO_TCP,
+    FLAG_MIDSTREAM, FLAG_TLS, FLAG_TLS_RECORDS,
 };
 
 use crate::{
-    cgroup_skb::layers,
+    cgroup_skb::tcp_payload,
     ctx::now_ns,
     events::{is_h2_frame, is_http, reserve, submit_flags},
     maps::{count, CONNS, OWN_SOCKS},
@@ -94,6 +94,7 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     if sk.is_null() {
         return None;
     }
+    let (l4, payload) = tcp_payload(ctx)?;
     if !skip_ptr(sk, 0).is_null() {
         return None;
     }
@@ -119,17 +120,7 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
             family
         }
     };
-    let l = layers(ctx)?;
-    if u16::from(l.proto) != IPPROTO_TCP {
-        return None;
-    }
-    let doff: u8 = ctx.load(l.l4 + 12).ok()?;
-    let payload = l.l4 + usize::from(doff >> 4) * 4;
     let total = ctx.len() as usize;
-    if total <= payload {
-        // An ACK, SYN or FIN without data.
-        return None;
-    }
     let len = total - payload;
     let conn = match tracked {
         Some(c) => c,
@@ -145,7 +136,7 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     // is new: neither judged nor TLS yet).
     let conn = unsafe { &mut *conn };
     let midstream = conn.flags & FLAG_MIDSTREAM != 0;
-    let seq = u32::from_be_bytes(ctx.load::<[u8; 4]>(l.l4 + 4).ok()?);
+    let seq = u32::from_be_bytes(ctx.load::<[u8; 4]>(l4 + 4).ok()?);
     let dir = usize::from(!egress);
     let first = conn.http == http::UNKNOWN;
     let end = seq.wrapping_add(len as u32);

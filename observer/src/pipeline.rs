@@ -133,6 +133,34 @@ pub(crate) struct Sinks {
     pub(crate) gpu: Option<Arc<Mutex<gpu::History>>>,
 }
 
+/// A finished record to the exporter and the printer, copied only when both
+/// take it (`run` without `--print` moves it to the exporter).
+fn fan_out<T: Clone>(
+    r: T,
+    export: Option<&mpsc::Sender<Traced>>,
+    traced: fn(T) -> Traced,
+    out: Option<&mpsc::Sender<output::Line>>,
+    line: fn(T) -> output::Line,
+    stats: &Stats,
+) {
+    let (to_export, to_out) = match (export, out) {
+        (Some(_), Some(_)) => (Some(r.clone()), Some(r)),
+        (Some(_), None) => (Some(r), None),
+        (None, Some(_)) => (None, Some(r)),
+        (None, None) => return,
+    };
+    if let (Some(tx), Some(r)) = (export, to_export) {
+        if tx.try_send(traced(r)).is_err() {
+            Stats::add(&stats.export_full, 1);
+        }
+    }
+    if let (Some(out), Some(r)) = (out, to_out) {
+        if out.try_send(line(r)).is_err() {
+            Stats::add(&stats.output_full, 1);
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn correlate(
     mut rx: mpsc::Receiver<Vec<Event>>,
@@ -179,17 +207,16 @@ pub(crate) async fn correlate(
                     m.record(&r);
                 }
             }
-            if let Some(tx) = &sinks.export {
-                if tx.try_send(Traced::Conn(r.clone())).is_err() {
-                    Stats::add(&stats.export_full, 1);
-                }
-            }
         }
-        if let Some(out) = &sinks.out {
-            if out.try_send(output::Line::Conn(r)).is_err() {
-                Stats::add(&stats.output_full, 1);
-            }
-        }
+        let export = sinks.export.as_ref().filter(|_| r.state == State::Closed);
+        fan_out(
+            r,
+            export,
+            Traced::Conn,
+            sinks.out.as_ref(),
+            output::Line::Conn,
+            &stats,
+        );
     };
     let emit_dns = |r: crate::dns::DnsRecord| {
         if let Some(m) = &sinks.metrics {
@@ -222,16 +249,14 @@ pub(crate) async fn correlate(
                 m.record_request(&r);
             }
         }
-        if let Some(tx) = &sinks.export {
-            if tx.try_send(Traced::Request(Box::new(r.clone()))).is_err() {
-                Stats::add(&stats.export_full, 1);
-            }
-        }
-        if let Some(out) = &sinks.out {
-            if out.try_send(output::Line::Request(Box::new(r))).is_err() {
-                Stats::add(&stats.output_full, 1);
-            }
-        }
+        fan_out(
+            Box::new(r),
+            sinks.export.as_ref(),
+            Traced::Request,
+            sinks.out.as_ref(),
+            output::Line::Request,
+            &stats,
+        );
     };
     // Lookups no connection followed: traces of their own.
     let export_unused = |rs: Vec<crate::dns::DnsRecord>| {

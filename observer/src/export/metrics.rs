@@ -234,11 +234,8 @@ impl Metrics {
         }
     }
 
-    /// The labels to use for a new or known series of `metric`.
-    fn admit(&mut self, metric: &'static str, labels: Labels, known: bool) -> Labels {
-        if known {
-            return labels;
-        }
+    /// The labels to use for a new series of `metric`.
+    fn admit(&mut self, metric: &'static str, labels: Labels) -> Labels {
         let n = self.series.entry(metric).or_insert(0);
         if *n >= self.max_series {
             self.overflowed += 1;
@@ -249,8 +246,13 @@ impl Metrics {
     }
 
     fn observe(&mut self, metric: &'static str, labels: Labels, secs: f64) {
-        let known = self.hists.contains_key(&(metric, labels.clone()));
-        let labels = self.admit(metric, labels, known);
+        // A known series: found by the labels themselves, no copy of them.
+        let key = (metric, labels);
+        if let Some(h) = self.hists.get_mut(&key) {
+            h.observe(bounds(metric), secs);
+            return;
+        }
+        let labels = self.admit(metric, key.1);
         self.hists
             .entry((metric, labels))
             .or_default()
@@ -258,8 +260,12 @@ impl Metrics {
     }
 
     fn add(&mut self, metric: &'static str, labels: Labels, v: u64) {
-        let known = self.counters.contains_key(&(metric, labels.clone()));
-        let labels = self.admit(metric, labels, known);
+        let key = (metric, labels);
+        if let Some(c) = self.counters.get_mut(&key) {
+            *c += v;
+            return;
+        }
+        let labels = self.admit(metric, key.1);
         *self.counters.entry((metric, labels)).or_default() += v;
     }
 

@@ -4,7 +4,9 @@
 
 pub mod attrs;
 pub mod config;
+mod grpc_bytes;
 pub mod metrics;
 pub mod otlp;
 pub mod prometheus;
+pub mod span_wire;
 pub mod spans;

@@ -16,10 +16,6 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use opentelemetry_proto::tonic::collector::{
-    metrics::v1::{metrics_service_client::MetricsServiceClient, ExportMetricsServiceRequest},
-    trace::v1::{trace_service_client::TraceServiceClient, ExportTraceServiceRequest},
-};
 use prost::Message;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -211,28 +207,20 @@ impl OtlpConfig {
     }
 }
 
-/// One export call: the signal's gRPC client (gzip when asked), or the
-/// encoded message over HTTP. A macro because the two generated clients share
-/// no trait.
-macro_rules! export {
-    ($sender:expr, $sig:expr, $req:expr, $client:ident) => {
-        match $sender {
-            Sender::Grpc(ch) => {
-                let mut c = $client::new(ch.clone());
-                if $sig.gzip {
-                    c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
-                }
-                c.export(Sender::grpc_request($sig, $req))
-                    .await
-                    .map(|_| ())
-                    .map_err(|s| Failure {
-                        refused: s.code() == tonic::Code::Unimplemented,
-                        why: format!("{}: {}", s.code(), s.message()),
-                    })
-            }
-            Sender::Http(_) => $sender.http($sig, $req.encode_to_vec()).await,
+/// Which service a request goes to.
+#[derive(Clone, Copy, Debug)]
+enum Service {
+    Traces,
+    Metrics,
+}
+
+impl Service {
+    fn grpc_path(self) -> &'static str {
+        match self {
+            Service::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            Service::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
         }
-    };
+    }
 }
 
 /// Why an export failed; `refused`: the endpoint does not take this signal
@@ -356,7 +344,7 @@ impl Sender {
         r
     }
 
-    async fn http(&self, sig: &Signal, body: Vec<u8>) -> Result<(), Failure> {
+    async fn http(&self, sig: &Signal, body: Bytes) -> Result<(), Failure> {
         let Sender::Http(client) = self else {
             return Err(Failure::from("not an HTTP sender".to_owned()));
         };
@@ -364,7 +352,10 @@ impl Sender {
             use std::io::Write;
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             gz.write_all(&body).map_err(|e| e.to_string())?;
-            (gz.finish().map_err(|e| e.to_string())?, Some("gzip"))
+            (
+                Bytes::from(gz.finish().map_err(|e| e.to_string())?),
+                Some("gzip"),
+            )
         } else {
             (body, None)
         };
@@ -376,9 +367,7 @@ impl Sender {
         for (k, v) in &sig.headers {
             req = req.header(k.as_str(), v.as_str());
         }
-        let req = req
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
+        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
         let resp = tokio::time::timeout(sig.timeout, client.request(req))
             .await
             .map_err(|_| format!("no answer within {:?}", sig.timeout))?
@@ -395,12 +384,28 @@ impl Sender {
         }
     }
 
-    async fn traces(&self, sig: &Signal, req: ExportTraceServiceRequest) -> Result<(), Failure> {
-        export!(self, sig, req, TraceServiceClient)
-    }
-
-    async fn metrics(&self, sig: &Signal, req: ExportMetricsServiceRequest) -> Result<(), Failure> {
-        export!(self, sig, req, MetricsServiceClient)
+    /// One export call: `body` is the encoded Export*ServiceRequest (gzip
+    /// when asked, by tonic or here).
+    async fn send(&self, sig: &Signal, service: Service, body: Bytes) -> Result<(), Failure> {
+        let Sender::Grpc(ch) = self else {
+            return self.http(sig, body).await;
+        };
+        let mut grpc = tonic::client::Grpc::new(ch.clone());
+        if sig.gzip {
+            grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
+        grpc.ready().await.map_err(|e| Failure::from(chain(&e)))?;
+        grpc.unary(
+            Sender::grpc_request(sig, body),
+            http::uri::PathAndQuery::from_static(service.grpc_path()),
+            super::grpc_bytes::EncodedCodec,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|s| Failure {
+            refused: s.code() == tonic::Code::Unimplemented,
+            why: format!("{}: {}", s.code(), s.message()),
+        })
     }
 }
 
@@ -558,10 +563,13 @@ impl Exporter {
             .flat_map(|r| &r.scope_spans)
             .map(|s| s.spans.len())
             .sum();
+        // Encoded once; a retry sends the same bytes.
+        let body = Bytes::from(req.encode());
+        drop(req);
         let mut delay = Duration::from_millis(200);
         let mut refusal = None;
         for attempt in 1..=ATTEMPTS {
-            match sender.traces(sig, req.clone()).await {
+            match sender.send(sig, Service::Traces, body.clone()).await {
                 Ok(()) => {
                     self.stats
                         .spans_sent
@@ -602,7 +610,8 @@ impl Exporter {
             Ok(m) => m.otlp(self.resource.clone(), now),
             Err(_) => return,
         };
-        match sender.metrics(sig, req).await {
+        let body = Bytes::from(req.encode_to_vec());
+        match sender.send(sig, Service::Metrics, body).await {
             Ok(()) => {
                 self.stats.metric_exports.fetch_add(1, Ordering::Relaxed);
             }

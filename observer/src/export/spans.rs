@@ -6,18 +6,13 @@
 
 use std::collections::HashMap;
 
-use opentelemetry_proto::tonic::{
-    collector::trace::v1::ExportTraceServiceRequest,
-    common::v1::{InstrumentationScope, KeyValue},
-    resource::v1::Resource,
-    trace::v1::{
-        span::{Link, SpanKind},
-        status::StatusCode,
-        ResourceSpans, ScopeSpans, Span, Status,
+use super::{
+    attrs::{error_type, Ids},
+    span_wire::{
+        f, i, s, KeyValue, Link, Resource, ResourceSpans, ScopeSpans, Span, SpanKind, Status,
+        StatusCode, TraceRequest,
     },
 };
-
-use super::attrs::{error_type, f, i, s, Ids};
 use crate::{
     dns::DnsRecord,
     http::RequestRecord,
@@ -84,22 +79,22 @@ pub fn resource(r: &Traced, host: &str, service_name: Option<&str>) -> Vec<KeyVa
         .or(r.comm)
         .unwrap_or("unknown");
     let mut a = vec![
-        s("service.name", service_name.unwrap_or(exe_name)),
-        s("process.executable.name", exe_name),
-        s("host.name", host),
+        s("service.name", service_name.unwrap_or(exe_name).to_owned()),
+        s("process.executable.name", exe_name.to_owned()),
+        s("host.name", host.to_owned()),
     ];
     if let Some(pid) = r.pid {
         a.push(i("process.pid", i64::from(pid)));
     }
     if let Some(exe) = r.exe {
-        a.push(s("process.executable.path", exe));
+        a.push(s("process.executable.path", exe.to_owned()));
     }
     if let Some(comm) = r.comm {
-        a.push(s("process.command", comm));
+        a.push(s("process.command", comm.to_owned()));
     }
     if let Some(c) = r.container {
         for (k, v) in c.attributes() {
-            a.push(s(k, v));
+            a.push(s(k, v.to_owned()));
         }
     }
     a
@@ -204,15 +199,15 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         trace_id: trace_id.clone(),
         span_id: root_id.clone(),
         name: format!("tcp {}:{}", e.server_addr, e.server_port),
-        kind: kind as i32,
+        kind,
         start_time_unix_nano: start,
         end_time_unix_nano: end.max(start),
         attributes: attrs,
         status: Some(Status {
             code: if error.is_some() {
-                StatusCode::Error as i32
+                StatusCode::Error
             } else {
-                StatusCode::Unset as i32
+                StatusCode::Unset
             },
             message: String::new(),
         }),
@@ -263,7 +258,7 @@ impl Window<'_> {
             span_id: ids.span_id(),
             parent_span_id: self.parent.to_vec(),
             name,
-            kind: SpanKind::Internal as i32,
+            kind: SpanKind::Internal,
             start_time_unix_nano: from,
             end_time_unix_nano: to,
             attributes: attrs,
@@ -352,12 +347,12 @@ pub fn dns_spans(r: &DnsRecord, ids: &mut Ids) -> Vec<Span> {
         trace_id: ids.trace_id(),
         span_id: ids.span_id(),
         name: format!("DNS lookup {}", r.name),
-        kind: SpanKind::Client as i32,
+        kind: SpanKind::Client,
         start_time_unix_nano: r.start_unix_ns,
         end_time_unix_nano: r.start_unix_ns + r.duration_ns,
         attributes: attrs,
         status: failed.then(|| Status {
-            code: StatusCode::Error as i32,
+            code: StatusCode::Error,
             message: r.result.to_owned(),
         }),
         ..Span::default()
@@ -412,7 +407,6 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
             trace_id: ids.connection_trace_id(r.conn_key),
             span_id: ids.connection_span_id(r.conn_key),
             attributes: vec![s("observer.link", "connection's first request")],
-            ..Link::default()
         }],
         _ => Vec::new(),
     };
@@ -518,13 +512,13 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         trace_id: trace_id.clone(),
         span_id: root_id.clone(),
         name,
-        kind: kind as i32,
+        kind,
         start_time_unix_nano: start,
         end_time_unix_nano: end,
         attributes: attrs,
         links,
         status: error.map(|e| Status {
-            code: StatusCode::Error as i32,
+            code: StatusCode::Error,
             message: e,
         }),
         ..Span::default()
@@ -600,7 +594,7 @@ pub fn request(
     host: &str,
     service_name: Option<&str>,
     ids: &mut Ids,
-) -> ExportTraceServiceRequest {
+) -> TraceRequest {
     let mut by_pid: HashMap<Option<u32>, (Vec<KeyValue>, Vec<Span>)> = HashMap::new();
     for r in records {
         let entry = by_pid
@@ -612,24 +606,12 @@ pub fn request(
             Traced::Request(r) => entry.1.extend(request_spans(r, ids)),
         }
     }
-    ExportTraceServiceRequest {
+    TraceRequest {
         resource_spans: by_pid
             .into_values()
             .map(|(attributes, spans)| ResourceSpans {
-                resource: Some(Resource {
-                    attributes,
-                    ..Resource::default()
-                }),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: "observer".into(),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                        ..InstrumentationScope::default()
-                    }),
-                    spans,
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
+                resource: Some(Resource { attributes }),
+                scope_spans: vec![ScopeSpans { spans }],
             })
             .collect(),
     }
@@ -662,7 +644,7 @@ mod tests {
         let s = spans(&r, &mut Ids::new());
         assert_eq!(s.len(), 3);
         assert_eq!(s[0].name, "tcp 10.0.0.1:80");
-        assert_eq!(s[0].kind, SpanKind::Client as i32);
+        assert_eq!(s[0].kind, SpanKind::Client);
         assert!(s[0].parent_span_id.is_empty());
         assert_eq!(
             (
@@ -722,8 +704,7 @@ mod tests {
         let attr = |kv: &[KeyValue], k: &str| {
             kv.iter()
                 .find(|a| a.key == k)
-                .and_then(|a| a.value.clone())
-                .map(|v| format!("{v:?}"))
+                .map(|a| format!("{:?}", a.value))
         };
         let res = &rs.resource.as_ref().expect("resource").attributes;
         assert!(attr(res, "service.name")
@@ -734,7 +715,7 @@ mod tests {
         assert_eq!(spans.len(), 1);
         let s = &spans[0];
         assert_eq!(s.name, "DNS lookup gone.test");
-        assert_eq!(s.kind, SpanKind::Client as i32);
+        assert_eq!(s.kind, SpanKind::Client);
         assert_eq!(
             (s.start_time_unix_nano, s.end_time_unix_nano),
             (1_000, 6_000)
@@ -745,9 +726,6 @@ mod tests {
         assert!(attr(&s.attributes, "error.type")
             .expect("error")
             .contains("nxdomain"));
-        assert_eq!(
-            s.status.as_ref().map(|st| st.code),
-            Some(StatusCode::Error as i32)
-        );
+        assert_eq!(s.status.as_ref().map(|st| st.code), Some(StatusCode::Error));
     }
 }

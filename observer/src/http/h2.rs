@@ -1186,12 +1186,10 @@ mod tests {
                 .attributes
                 .iter()
                 .find(|a| a.key == k)
-                .and_then(|a| a.value.clone())
-                .and_then(|v| v.value)
-                .map(|v| format!("{v:?}"))
+                .map(|a| format!("{:?}", a.value))
         };
-        assert_eq!(attr("rpc.system").as_deref(), Some("StringValue(\"grpc\")"));
-        assert_eq!(attr("rpc.grpc.status_code").as_deref(), Some("IntValue(5)"));
+        assert_eq!(attr("rpc.system").as_deref(), Some("Str(\"grpc\")"));
+        assert_eq!(attr("rpc.grpc.status_code").as_deref(), Some("Int(5)"));
         assert_eq!(
             spans[0].status.as_ref().map(|s| s.message.as_str()),
             Some("5"),

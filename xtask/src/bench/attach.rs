@@ -13,7 +13,10 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
-use super::proc::{cpu_seconds, peak_rss_bytes};
+use super::{
+    daemon::{Consumed, Daemon},
+    proc::{cpu_seconds, peak_rss_bytes},
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -32,9 +35,19 @@ impl Mode {
     }
 }
 
+/// How the observer runs in the bench: `run` (the daemon as deployed:
+/// spans and metrics exported over OTLP, Prometheus scraped) or `watch
+/// --json` (the terminal view, records to /dev/null).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ObserverMode {
+    Run,
+    Watch,
+}
+
 pub struct Attached {
     child: Option<Child>,
     lines: Option<mpsc::Receiver<String>>,
+    daemon: Option<Daemon>,
 }
 
 fn forward_lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
@@ -92,6 +105,12 @@ pub fn libssl() -> Result<String> {
 
 /// `--observer-args`, for every observer the bench starts.
 pub static OBSERVER_ARGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+/// `--observer-mode` (default run).
+pub static OBSERVER_MODE: std::sync::OnceLock<ObserverMode> = std::sync::OnceLock::new();
+
+pub fn observer_mode() -> ObserverMode {
+    *OBSERVER_MODE.get().unwrap_or(&ObserverMode::Run)
+}
 
 impl Attached {
     pub fn start(mode: Mode, root: &Path, extra: &[&str]) -> Result<Attached> {
@@ -99,10 +118,23 @@ impl Attached {
             Mode::Baseline => Ok(Attached {
                 child: None,
                 lines: None,
+                daemon: None,
             }),
             Mode::Observer => {
-                let mut child = Command::new(root.join("target/release/observer"))
-                    .args(["watch", "--json", "--update-interval", "0"])
+                let mut cmd = Command::new(root.join("target/release/observer"));
+                let mut daemon = None;
+                match observer_mode() {
+                    ObserverMode::Watch => {
+                        cmd.args(["watch", "--json", "--update-interval", "0"]);
+                    }
+                    ObserverMode::Run => {
+                        let d = Daemon::start()?;
+                        // --json: the summary line on stderr as JSON.
+                        cmd.args(["run", "--json"]).args(d.args()).envs(d.env());
+                        daemon = Some(d);
+                    }
+                }
+                let mut child = cmd
                     .args(extra)
                     .args(OBSERVER_ARGS.get().into_iter().flatten())
                     .stdout(Stdio::null())
@@ -111,9 +143,13 @@ impl Attached {
                     .context("starting observer")?;
                 let rx = forward_lines(child.stderr.take().context("stderr")?);
                 wait_for(&rx, "ready", "observer")?;
+                if let Some(d) = daemon.as_mut() {
+                    d.start_scraping();
+                }
                 Ok(Attached {
                     child: Some(child),
                     lines: Some(rx),
+                    daemon,
                 })
             }
             Mode::Peer => {
@@ -135,9 +171,15 @@ impl Attached {
                 Ok(Attached {
                     child: Some(child),
                     lines: Some(rx),
+                    daemon: None,
                 })
             }
         }
+    }
+
+    /// What the OTLP receiver and the scraper took in so far (`run` only).
+    pub fn consumed(&self) -> Option<Consumed> {
+        self.daemon.as_ref().map(Daemon::consumed)
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -164,6 +206,8 @@ impl Attached {
         if !status.success() {
             bail!("attached tool exited with {status}");
         }
+        // The receiver stays up through the exporter's last flush.
+        drop(self.daemon.take());
         let summary = self
             .lines
             .take()

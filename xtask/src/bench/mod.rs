@@ -4,6 +4,8 @@
 //! (criterion). Writes target/bench/results.json and bench/RESULTS.md.
 
 mod attach;
+mod curl_latency;
+mod daemon;
 pub mod load;
 mod nginx;
 mod proc;
@@ -37,7 +39,7 @@ pub struct BenchArgs {
     pub flood: Option<usize>,
     /// Only these workloads (https_keepalive, https_keepalive_half_rate,
     /// https_new_conn, http_keepalive, http_churn, h2_keepalive, flood,
-    /// pipeline, soak). The soak runs only when named here or given --soak-seconds.
+    /// curl_tls_latency, pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only re-render bench/RESULTS.md from target/bench/results.json and
@@ -53,6 +55,12 @@ pub struct BenchArgs {
     /// The report names them.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub observer_args: Option<String>,
+    /// How the observer runs: `run`, the daemon as deployed (spans and
+    /// metrics sent over OTLP/HTTP to a receiver that reads them, its
+    /// Prometheus endpoint scraped every 2 s), or `watch` (`watch --json`
+    /// to /dev/null).
+    #[arg(long, value_enum, default_value = "run")]
+    pub observer_mode: attach::ObserverMode,
 }
 
 /// One measurement of one workload under one mode.
@@ -73,6 +81,16 @@ pub struct Sample {
     pub seconds: f64,
     /// From SIGINT to exit.
     pub shutdown_s: f64,
+    /// Connections the observer saw open (both ends of a loopback
+    /// connection count).
+    pub connections: u64,
+    /// Run time of all the observer's eBPF programs (kernel.bpf_stats_enabled).
+    pub ebpf_ns: u64,
+    /// What the OTLP receiver and the scraper took in (`run`).
+    pub otlp_bytes: u64,
+    pub scrapes: u64,
+    /// The observer's programs: name, runs, run time (ns).
+    pub programs: Vec<(String, u64, u64)>,
 }
 
 struct Workload {
@@ -176,12 +194,14 @@ fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> R
     };
     let (s1, t1) = (proc::cpu_seconds(worker), tool.cpu());
     let rss = tool.peak_rss();
+    let consumed = tool.consumed().unwrap_or_default();
     let t_stop = std::time::Instant::now();
     let summary = tool.stop()?;
     let shutdown_s = t_stop.elapsed().as_secs_f64();
     let (events, dropped) = summary.as_ref().map_or((0, 0), |s| {
         (s["events"].as_u64().unwrap_or(0), attach::total_dropped(s))
     });
+    let (connections, ebpf_ns) = summary.as_ref().map_or((0, 0), observer_costs);
     load::pause();
     Ok(Sample {
         rps: r.rps,
@@ -196,7 +216,40 @@ fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> R
         dropped,
         seconds: secs as f64,
         shutdown_s,
+        connections,
+        ebpf_ns,
+        otlp_bytes: consumed.otlp_bytes,
+        scrapes: consumed.scrapes,
+        programs: summary.as_ref().map_or_else(Vec::new, program_stats),
     })
+}
+
+/// Per-program runs and run time, from the observer's summary.
+fn program_stats(s: &Value) -> Vec<(String, u64, u64)> {
+    s["programs"].as_array().map_or_else(Vec::new, |ps| {
+        ps.iter()
+            .filter(|p| p["run_cnt"].as_u64().unwrap_or(0) > 0)
+            .map(|p| {
+                (
+                    p["program"].as_str().unwrap_or("?").to_owned(),
+                    p["run_cnt"].as_u64().unwrap_or(0),
+                    p["run_time_ns"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    })
+}
+
+/// From the observer's summary: connections opened (both directions) and
+/// the run time of all its eBPF programs.
+fn observer_costs(s: &Value) -> (u64, u64) {
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let ebpf = s["programs"].as_array().map_or(0, |ps| {
+        ps.iter()
+            .map(|p| p["run_time_ns"].as_u64().unwrap_or(0))
+            .sum()
+    });
+    (n("outbound_opened") + n("inbound_opened"), ebpf)
 }
 
 /// Interleaved rounds: each round runs every mode once, in a rotated order so
@@ -217,10 +270,19 @@ fn run_workload(root: &Path, nginx: &Nginx, w: &Workload, rounds: u32, secs: u64
         }
     }
     let mut v = report::summarize_workload(w.name, rounds, &samples);
+    annotate(&mut v);
+    Ok(v)
+}
+
+/// The observer's settings, on each workload's results.
+fn annotate(v: &mut Value) {
     if let Some(a) = attach::OBSERVER_ARGS.get() {
         v["observer_args"] = json!(a.join(" "));
     }
-    Ok(v)
+    v["observer_mode"] = json!(match attach::observer_mode() {
+        attach::ObserverMode::Run => "run",
+        attach::ObserverMode::Watch => "watch",
+    });
 }
 
 /// Many idle connections: the observer's memory with `tracked` sockets tracked
@@ -301,6 +363,29 @@ fn run_pipeline(root: &Path, quick: bool) -> Result<Value> {
     Ok(json!({ "name": "pipeline", "events_per_s": events_per_s, "request_us": request_us }))
 }
 
+/// kernel.bpf_stats_enabled on for the bench's life.
+struct BpfStats(Option<String>);
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> BpfStats {
+        let old = std::fs::read_to_string(BPF_STATS).ok();
+        if std::fs::write(BPF_STATS, "1").is_err() {
+            eprintln!("bench: could not enable {BPF_STATS}: no eBPF run times");
+        }
+        BpfStats(old)
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        if let Some(v) = &self.0 {
+            let _ = std::fs::write(BPF_STATS, v.trim());
+        }
+    }
+}
+
 /// Must match EVENTS_PER_ITER in observer/benches/pipeline.rs.
 fn observer_bench_events_per_iter() -> f64 {
     10_000.0
@@ -327,6 +412,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(a) = &args.observer_args {
         let _ = attach::OBSERVER_ARGS.set(a.split_whitespace().map(str::to_owned).collect());
     }
+    let _ = attach::OBSERVER_MODE.set(args.observer_mode);
+    // Per-program run time for the eBPF cost per connection; it adds about
+    // 20-30 ns to each program run (bench/NOTES.md), to observer and
+    // bpftrace alike. Put back as it was at the end.
+    let _stats = BpfStats::enable();
 
     let mut results = Vec::new();
     if want("pipeline") {
@@ -346,6 +436,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if want("https_keepalive_half_rate") {
         let w = half_rate(&root, max_rps.unwrap_or(110_000.0))?;
         results.push(run_workload(&root, &nginx, &w, rounds, secs)?);
+    }
+    if want("curl_tls_latency") {
+        let mut v = curl_latency::run(&root, rounds)?;
+        annotate(&mut v);
+        results.push(v);
     }
     drop(nginx);
     if want("flood") {

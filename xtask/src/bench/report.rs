@@ -54,7 +54,35 @@ pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample
             }
         })
     };
+    let per_conn = |f: &dyn Fn(&Sample) -> f64| {
+        med(Mode::Observer, &|s: &Sample| {
+            if s.connections > 0 {
+                f(s) / s.connections as f64
+            } else {
+                0.0
+            }
+        })
+    };
     let (b, o, p) = (Mode::Baseline, Mode::Observer, Mode::Peer);
+    // Per program, from the observer round with the most requests: runs per
+    // request and per connection, ns per run.
+    let programs: Vec<Value> = of(o)
+        .into_iter()
+        .max_by(|x, y| x.requests.total_cmp(&y.requests))
+        .map_or_else(Vec::new, |s| {
+            s.programs
+                .iter()
+                .map(|(name, runs, ns)| {
+                    json!({
+                        "program": name,
+                        "runs_per_request": *runs as f64 / s.requests.max(1.0),
+                        "runs_per_connection": *runs as f64 / (s.connections.max(1) as f64),
+                        "ns_per_run": if *runs > 0 { *ns as f64 / *runs as f64 } else { 0.0 },
+                        "ns_per_connection": *ns as f64 / (s.connections.max(1) as f64),
+                    })
+                })
+                .collect()
+        });
     let events = med(o, &|s| s.events as f64);
     let obs_cpu = med(o, &|s| s.tool_cpu_s);
     let server_b = per_req(b, &|s| s.server_cpu_s);
@@ -77,6 +105,13 @@ pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample
         "errors": samples.iter().map(|(_, _, s)| s.errors).sum::<u64>(),
         "observer_cpu_s": obs_cpu,
         "observer_cpu_us_per_request": per_req(o, &|s| s.tool_cpu_s),
+        "connections_per_s": med(o, &|s| s.connections as f64 / s.seconds),
+        "observer_cpu_us_per_connection": per_conn(&|s| s.tool_cpu_s * 1e6),
+        "ebpf_us_per_connection": per_conn(&|s| s.ebpf_ns as f64 / 1e3),
+        "ebpf_us_per_request": per_req(o, &|s| s.ebpf_ns as f64 / 1e9),
+        "otlp_bytes_per_s": med(o, &|s| s.otlp_bytes as f64 / s.seconds),
+        "scrapes": med(o, &|s| s.scrapes as f64),
+        "programs": programs,
         "observer_cpu_s_per_1000_events": if events > 0.0 { obs_cpu / events * 1000.0 } else { 0.0 },
         "observer_peak_rss_bytes": of(o).iter().map(|s| s.tool_peak_rss).max().unwrap_or(0),
         "observer_shutdown_s_max": of(o).iter().map(|s| s.shutdown_s).fold(0.0, f64::max),
@@ -217,6 +252,58 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
             f(r, "peer_rps"),
             f(r, "peer_ratio"),
             f(r, "peer_cpu_us_per_request"),
+        ));
+    }
+    md.push_str("\n### Per connection and per request (observer side)\n\nConnections count both ends (each loopback connection is two sockets). eBPF: the run time of all the observer's programs together (kernel.bpf_stats_enabled, which adds about 20-30 ns to each program run). OTLP: what the receiver read during the load.\n\n");
+    md.push_str("| workload | mode | connections/s | observer CPU µs/connection | eBPF µs/connection | eBPF µs/request | OTLP KiB/s | scrapes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
+        md.push_str(&format!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.3} | {:.1} | {:.0} |\n",
+            r["name"].as_str().unwrap_or(""),
+            r["observer_mode"].as_str().unwrap_or("watch"),
+            f(r, "connections_per_s"),
+            f(r, "observer_cpu_us_per_connection"),
+            f(r, "ebpf_us_per_connection"),
+            f(r, "ebpf_us_per_request"),
+            f(r, "otlp_bytes_per_s") / 1024.0,
+            f(r, "scrapes"),
+        ));
+    }
+    md.push_str("\nPer eBPF program (the observer round with the most requests): ns per run × runs per connection (runs per request).\n\n");
+    for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
+        let Some(ps) = r["programs"].as_array() else {
+            continue;
+        };
+        let mut ps: Vec<&Value> = ps.iter().collect();
+        ps.sort_by(|a, b| f(b, "ns_per_connection").total_cmp(&f(a, "ns_per_connection")));
+        let parts: Vec<String> = ps
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {:.0} ns × {:.2} ({:.2})",
+                    p["program"].as_str().unwrap_or("?"),
+                    f(p, "ns_per_run"),
+                    f(p, "runs_per_connection"),
+                    f(p, "runs_per_request")
+                )
+            })
+            .collect();
+        md.push_str(&format!(
+            "- {}: {}\n",
+            r["name"].as_str().unwrap_or(""),
+            parts.join("; ")
+        ));
+    }
+    if let Some(c) = results.iter().find(|r| r["name"] == "curl_tls_latency") {
+        md.push_str(&format!(
+            "\n## A fresh process's HTTPS latency\n\ncurl started anew for each request to nginx (HTTPS, TLS 1.3), {} rounds × {} runs per mode, curl's own `-w` figures, medians. TLS handshake (`time_appconnect - time_connect`): baseline {:.3} ms, observer ({}) {:.3} ms ({:+.3} ms), bpftrace {:.3} ms ({:+.3} ms). Connected and TLS done (`time_appconnect`): {:.3} / {:.3} / {:.3} ms. First byte (`time_starttransfer`): {:.3} / {:.3} / {:.3} ms.\n",
+            c["rounds"], c["runs_per_round"],
+            f(c, "baseline_tls_ms"),
+            c["observer_mode"].as_str().unwrap_or("watch"),
+            f(c, "observer_tls_ms"), f(c, "observer_tls_added_ms"),
+            f(c, "peer_tls_ms"), f(c, "peer_tls_added_ms"),
+            f(c, "baseline_appconnect_ms"), f(c, "observer_appconnect_ms"), f(c, "peer_appconnect_ms"),
+            f(c, "baseline_first_byte_ms"), f(c, "observer_first_byte_ms"), f(c, "peer_first_byte_ms"),
         ));
     }
     if let Some(fl) = results.iter().find(|r| r["name"] == "flood") {
