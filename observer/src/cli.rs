@@ -29,6 +29,14 @@ pub enum Command {
     Run(RunArgs),
     /// A snapshot of the GPUs (NVML): devices and the processes using them.
     Gpu(GpuArgs),
+    /// Names the phase that made each call slow (DNS, connect, TLS, server,
+    /// stream, GPU, network, client), with its evidence: live, or from a
+    /// recorded `watch --json` stream.
+    Diagnose(crate::diagnose::DiagnoseArgs),
+    /// The host's traffic live in a terminal, as `top` shows CPU: one row
+    /// per process or endpoint with request rates, p50/p99 of each phase,
+    /// errors, retransmits and GPU use; sort keys and a filter.
+    Top(crate::top::TopArgs),
 }
 
 #[derive(Debug, Clone, Args)]

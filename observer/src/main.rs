@@ -51,6 +51,8 @@ fn main() -> ExitCode {
             run_pipeline(watch_args, Some(setup))
         }
         Command::Gpu(args) => gpu(&args),
+        Command::Diagnose(args) => diagnose(args),
+        Command::Top(args) => top(args),
         Command::Doctor(args) => {
             let report = doctor::run(observer::observer::Options {
                 load: observer::ebpf::LoadOptions::default(),
@@ -100,6 +102,39 @@ fn gpu(args: &observer::cli::GpuArgs) -> ExitCode {
     // A closed stdout (`| head`) is not an error of ours.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     ExitCode::SUCCESS
+}
+
+/// `observer diagnose`: from a recorded stream, or live (its summary line
+/// on stderr as `watch` prints it).
+fn diagnose(args: observer::diagnose::DiagnoseArgs) -> ExitCode {
+    if let Some(path) = args.from.clone() {
+        return match observer::diagnose::run::from_file(&args, &path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        };
+    }
+    let json = args.watch.json;
+    match observer::diagnose::run::live(args) {
+        Ok(summary) => {
+            eprintln!("{}", watch::summary_line(&summary, json));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `observer top`: the summary line prints once the terminal is back.
+fn top(args: observer::top::TopArgs) -> ExitCode {
+    if args.watch.json {
+        return usage(&"top draws a table: --json is for `observer watch`");
+    }
+    match observer::top::run(args) {
+        Ok(summary) => {
+            eprintln!("{}", watch::summary_line(&summary, false));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
 }
 
 fn run_pipeline(args: observer::cli::WatchArgs, export: Option<watch::ExportSetup>) -> ExitCode {

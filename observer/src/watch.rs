@@ -65,6 +65,20 @@ pub fn options(args: &WatchArgs) -> Options {
 }
 
 pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result<Summary> {
+    run_with(args, export, None).await
+}
+
+/// Takes every finished record instead of the printer (`diagnose`, `top`):
+/// runs on a thread of its own until the channel closes at shutdown.
+pub type Consumer =
+    Box<dyn FnOnce(mpsc::Receiver<output::Line>) -> std::io::Result<()> + Send + 'static>;
+
+/// `run`, with the records going to `consumer` rather than stdout when given.
+pub async fn run_with(
+    args: WatchArgs,
+    export: Option<ExportSetup>,
+    consumer: Option<Consumer>,
+) -> anyhow::Result<Summary> {
     // Before anything else: a SIGTERM that comes during start-up, or right
     // after `ready`, stops the observer cleanly instead of killing it.
     let stop = Stop::install()?;
@@ -110,12 +124,14 @@ pub async fn run(args: WatchArgs, export: Option<ExportSetup>) -> anyhow::Result
     } else {
         Format::Text
     };
-    let print = export.as_ref().is_none_or(|e| e.print);
+    let print = consumer.is_some() || export.as_ref().is_none_or(|e| e.print);
     let (out_tx, output) = if print {
         let (tx, rx) = mpsc::channel::<output::Line>(pipeline::OUTPUT_CHANNEL);
+        let consume: Consumer =
+            consumer.unwrap_or_else(|| Box::new(move |rx| pipeline::write_output(rx, format)));
         let thread = std::thread::Builder::new()
             .name("output".into())
-            .spawn(move || pipeline::write_output(rx, format))
+            .spawn(move || consume(rx))
             .context("starting the output thread")?;
         (Some(tx), Some(thread))
     } else {

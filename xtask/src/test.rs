@@ -34,6 +34,10 @@ pub const TOOLS: &[(&str, &str)] = &[
     // (Its manifests test also needs kubectl, whose kustomize renders them: it
     // comes with this machine kind, not from Debian, so it is not listed here.)
     ("systemd-analyze", "systemd"),
+    // Diagnose test: a first SYN dropped in a network namespace.
+    ("iptables", "iptables"),
+    // `observer top` driven in a terminal: send-keys and capture-pane.
+    ("tmux", "tmux"),
 ];
 
 fn have(cmd: &str) -> bool {

@@ -48,6 +48,7 @@ pub const GENAI_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk
 pub const GENAI_PER_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
 pub const RPC_CLIENT: &str = "rpc.client.duration";
 pub const RPC_SERVER: &str = "rpc.server.duration";
+pub const DIAGNOSIS: &str = "observer.diagnosis";
 
 /// Token counts' bucket bounds (the GenAI semantic conventions' advice,
 /// extended to sixteen).
@@ -199,6 +200,11 @@ const DESCRIPTIONS: &[Described] = &[
         unit: "s",
         description: "LLM API streams: mean time between chunks after the first",
     },
+    Described {
+        name: DIAGNOSIS,
+        unit: "{call}",
+        description: "Calls by the cause `observer diagnose` names (connections and requests)",
+    },
 ];
 
 fn describe(name: &str) -> &'static Described {
@@ -343,6 +349,7 @@ impl Metrics {
             outcome.insert(1, ("error.type", e.into()));
         }
         self.add(CONNECTIONS, outcome, 1);
+        self.count_cause(crate::diagnose::cause_of_conn(r), "connection");
         if r.retransmits > 0 {
             self.add(RETRANSMITS, base.clone(), u64::from(r.retransmits));
         }
@@ -351,6 +358,18 @@ impl Metrics {
             l.insert(2, ("network.io.direction", dir.into()));
             self.add(IO, l, bytes);
         }
+    }
+
+    /// `observer.diagnosis`: by cause and the kind of record judged.
+    fn count_cause(&mut self, cause: &'static str, kind: &'static str) {
+        self.add(
+            DIAGNOSIS,
+            vec![
+                ("cause", cause.into()),
+                ("observer.record.kind", kind.into()),
+            ],
+            1,
+        );
     }
 
     /// A name lookup: `dns.lookup.duration` by process, name and outcome.
@@ -372,6 +391,7 @@ impl Metrics {
     /// client's: ids grouped as `{id}`), never the query: series stay
     /// bounded.
     pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
+        self.count_cause(crate::diagnose::cause_of_request(r), "request");
         let (server, port) = r.server();
         if let Some(rpc) = &r.rpc {
             // A gRPC call is measured as the RPC conventions say, not as

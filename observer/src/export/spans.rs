@@ -194,6 +194,10 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         attrs.push(s("error.type", et));
     }
     gpu_attributes(r.gpu.as_ref(), &mut attrs);
+    attrs.push(s(
+        "observer.diagnosis.cause",
+        crate::diagnose::cause_of_conn(r),
+    ));
     let kind = span_kind(r.direction);
     let mut out = vec![Span {
         trace_id: trace_id.clone(),
@@ -447,6 +451,10 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         }
     }
     gpu_attributes(r.gpu.as_ref(), &mut attrs);
+    attrs.push(s(
+        "observer.diagnosis.cause",
+        crate::diagnose::cause_of_request(r),
+    ));
     let mut name = method;
     if let Some(g) = &r.gen_ai {
         name = match &g.request_model {

@@ -1,0 +1,175 @@
+//! The command: records from the live pipeline (through `watch::run_with`'s
+//! tap) or from a recorded `watch --json` stream, then the slowest calls with
+//! their verdicts.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, Write},
+};
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use super::{
+    collect::{Collector, Only},
+    diagnose,
+    text::{block, Verdict, HEADER},
+    Cause, DiagnoseArgs, Thresholds,
+};
+use crate::{output::Line, watch};
+
+/// What the end line says besides the verdicts.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Lines of `--from FILE` that were not records.
+    skipped_lines: u64,
+}
+
+fn only(args: &DiagnoseArgs) -> Only {
+    Only {
+        pids: args.watch.pid.clone(),
+        comms: args.watch.comm.clone(),
+        host: args.host.clone(),
+    }
+}
+
+/// `--from FILE`: reads the stream, then reports.
+pub fn from_file(args: &DiagnoseArgs, path: &std::path::Path) -> anyhow::Result<()> {
+    let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?,
+        ))
+    };
+    let mut collector = Collector::default();
+    let mut tally = Tally::default();
+    for line in reader.split(b'\n') {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let ok = serde_json::from_slice::<Value>(&line)
+            .ok()
+            .is_some_and(|v| collector.add(&v));
+        if !ok {
+            tally.skipped_lines += 1;
+        }
+    }
+    report(collector, args, &tally, &mut std::io::stdout().lock())
+}
+
+/// Live: the observer's pipeline, its records taken here until it stops
+/// (signal or `--duration`).
+pub fn live(args: DiagnoseArgs) -> anyhow::Result<crate::stats::Summary> {
+    let watch_args = args.watch.clone();
+    let consumer: watch::Consumer = Box::new(move |mut rx| {
+        let mut collector = Collector::default();
+        while let Some(line) = rx.blocking_recv() {
+            let v = match &line {
+                Line::Conn(r) => serde_json::to_value(r),
+                Line::Dns(r) => serde_json::to_value(r),
+                Line::Request(r) => serde_json::to_value(r),
+            };
+            if let Ok(v) = v {
+                collector.add(&v);
+            }
+        }
+        report(
+            collector,
+            &args,
+            &Tally::default(),
+            &mut std::io::stdout().lock(),
+        )
+        .map_err(std::io::Error::other)
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("observer")
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(watch::run_with(watch_args, None, Some(consumer)))
+}
+
+fn report(
+    collector: Collector,
+    args: &DiagnoseArgs,
+    tally: &Tally,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let t: &Thresholds = &args.thresholds;
+    let not_kept = collector.not_kept;
+    let calls = collector.calls(&only(args));
+    let mut judged: Vec<_> = calls.iter().map(|c| (c, diagnose(c, t))).collect();
+    let mut by_cause: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for (_, d) in &judged {
+        *by_cause.entry(d.cause.as_str()).or_default() += 1;
+    }
+    judged.sort_by_key(|(c, _)| std::cmp::Reverse(c.total_ns()));
+    let shown = if args.top == 0 {
+        judged.len()
+    } else {
+        args.top.min(judged.len())
+    };
+    if args.watch.json {
+        for (c, d) in &judged[..shown] {
+            serde_json::to_writer(&mut *out, &Verdict::new(c, d, t))?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+        let end = serde_json::json!({
+            "calls": judged.len(),
+            "shown": shown,
+            "by_cause": by_cause,
+            "skipped_lines": tally.skipped_lines,
+            "not_kept": not_kept,
+            "thresholds": t,
+        });
+        eprintln!("diagnosed {end}");
+    } else {
+        writeln!(
+            out,
+            "observer diagnose: the {shown} slowest of {} calls; {}",
+            judged.len(),
+            t.summary()
+        )?;
+        writeln!(out, "{HEADER}")?;
+        for (c, d) in &judged[..shown] {
+            writeln!(out, "{}", block(c, d))?;
+        }
+        let causes: Vec<String> = Cause::ALL
+            .iter()
+            .filter_map(|c| {
+                by_cause
+                    .get(c.as_str())
+                    .map(|n| format!("{} {n}", c.as_str()))
+            })
+            .collect();
+        writeln!(
+            out,
+            "by cause: {}",
+            if causes.is_empty() {
+                "-".into()
+            } else {
+                causes.join(", ")
+            }
+        )?;
+        if tally.skipped_lines > 0 {
+            writeln!(
+                out,
+                "skipped {} lines that were not records",
+                tally.skipped_lines
+            )?;
+        }
+        if not_kept > 0 {
+            writeln!(
+                out,
+                "{not_kept} calls past {} not kept",
+                super::collect::MAX_RECORDS
+            )?;
+        }
+        out.flush()?;
+    }
+    Ok(())
+}
