@@ -4,7 +4,6 @@
 //! executable. One record per exec or process exit.
 
 use aya_ebpf::{
-    bindings::BPF_RB_FORCE_WAKEUP,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
     },
@@ -40,10 +39,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
             (*ev).filename[0] = 0;
         }
     }
-    // Woken at once, not at the reader's next timer: a program that used
-    // TLS before gets its per-call probes now, before it loads its TLS
-    // library (see the TLS manager); execs are rare next to packets.
-    entry.submit(BPF_RB_FORCE_WAKEUP.into());
+    entry.submit(submit_flags());
     0
 }
 

@@ -11,11 +11,6 @@ use observer::{
     watch,
 };
 
-/// See observer/Cargo.toml: the daemon allocates per record on one thread
-/// and frees on another.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();

@@ -76,13 +76,6 @@ pub struct TlsProbes {
     files: HashMap<FileId, Option<TlsFile>>,
     procs: HashMap<u32, Attached>,
     high_rate: HashSet<u32>,
-    /// Executables seen starting TLS, with the TLS files they used: their
-    /// later processes get the per-call probes at exec, before they load
-    /// the library. Attached at the first TLS context instead, the probes
-    /// land in the middle of the handshake, which the kernel stalls while
-    /// it writes the breakpoints into the running process (curl's own TLS
-    /// time +0.3-0.5 ms).
-    tls_exes: HashMap<FileId, Vec<FileId>>,
     scans: Vec<(Instant, u32)>,
     procs_map: Option<BpfHashMap<MapData, u32, TlsProc>>,
     last_rate_check: Instant,
@@ -100,9 +93,6 @@ pub struct TlsProbes {
 /// the check is frequent; the count is one map lookup per process.
 const RATE_CHECK: Duration = Duration::from_millis(200);
 const FULL_SCAN: Duration = Duration::from_secs(10);
-/// Executables remembered as TLS users (a bound on memory; forgotten all at
-/// once when reached).
-const MAX_TLS_EXES: usize = 4096;
 /// After an exec the loader maps the libraries within milliseconds, and
 /// runtimes load more later; look again.
 const EXEC_SCANS: [Duration; 2] = [Duration::from_millis(50), Duration::from_secs(1)];
@@ -149,7 +139,6 @@ impl TlsProbes {
             files: HashMap::new(),
             procs: HashMap::new(),
             high_rate: HashSet::new(),
-            tls_exes: HashMap::new(),
             scans: Vec::new(),
             procs_map,
             last_rate_check: now,
@@ -359,16 +348,8 @@ impl TlsProbes {
                 // may handshake inside its first SSL_read, which only the
                 // plaintext probes see: those go on now, before it runs far.
                 let carried = self.scan(probes, pid);
-                if self.settings.policy == Policy::Auto {
-                    if !carried.is_empty() {
-                        self.attach_process(probes, pid);
-                    } else if let Some(files) = self
-                        .exe_id(pid)
-                        .and_then(|exe| self.tls_exes.get(&exe))
-                        .cloned()
-                    {
-                        self.attach_known(pid, &files);
-                    }
+                if !carried.is_empty() && self.settings.policy == Policy::Auto {
+                    self.attach_process(probes, pid);
                 }
                 let now = Instant::now();
                 self.scans
@@ -405,7 +386,6 @@ impl TlsProbes {
         let files = self.scan(probes, pid);
         let mut fds = Vec::new();
         let mut errors = Vec::new();
-        let mut used = Vec::new();
         for m in files {
             let Some(Some(file)) = self.files.get_mut(&m.id) else {
                 continue;
@@ -451,9 +431,6 @@ impl TlsProbes {
                 }
                 file.plaintext = Some(ids);
             }
-            if file.plaintext.as_ref().is_some_and(|p| !p.is_empty()) {
-                used.push(m.id);
-            }
             for &ev in file.plaintext.as_deref().unwrap_or_default() {
                 match self.events.open_for(ev, pid) {
                     Ok(fd) => fds.push(fd),
@@ -461,57 +438,6 @@ impl TlsProbes {
                 }
             }
         }
-        self.note_errors(errors);
-        tracing::debug!(
-            "TLS: pid {pid}: {} plaintext probes attached in {:?}",
-            fds.len(),
-            attach_started.elapsed()
-        );
-        if !used.is_empty() {
-            if let Some(exe) = self.exe_id(pid) {
-                if self.tls_exes.len() >= MAX_TLS_EXES {
-                    self.tls_exes.clear();
-                }
-                self.tls_exes.insert(exe, used);
-            }
-        }
-        self.keep_attached(pid, fds);
-    }
-
-    /// At exec, for an executable seen using TLS before: the per-call
-    /// probes on the TLS files it used then (their uprobe events exist),
-    /// planted by the kernel when the process maps them.
-    fn attach_known(&mut self, pid: u32, files: &[FileId]) {
-        if self.procs.len() >= self.settings.max_processes {
-            self.report.plaintext_over_cap += 1;
-            return;
-        }
-        let mut fds = Vec::new();
-        let mut errors = Vec::new();
-        for id in files {
-            let Some(Some(file)) = self.files.get(id) else {
-                continue;
-            };
-            for &ev in file.plaintext.as_deref().unwrap_or_default() {
-                match self.events.open_for(ev, pid) {
-                    Ok(fd) => fds.push(fd),
-                    Err(e) => errors.push((file.report, format!("pid {pid}: {e}"))),
-                }
-            }
-        }
-        self.note_errors(errors);
-        tracing::debug!("TLS: pid {pid}: {} plaintext probes at exec", fds.len());
-        self.keep_attached(pid, fds);
-    }
-
-    /// The executable of `pid`, by identity.
-    fn exe_id(&self, pid: u32) -> Option<FileId> {
-        use std::os::unix::fs::MetadataExt;
-        let md = std::fs::metadata(self.proc_root.join(pid.to_string()).join("exe")).ok()?;
-        Some((md.dev(), md.ino()))
-    }
-
-    fn note_errors(&mut self, errors: Vec<(usize, String)>) {
         for (idx, e) in errors {
             self.report.attach_errors += 1;
             if let Some(r) = self.report.files.get_mut(idx) {
@@ -520,10 +446,11 @@ impl TlsProbes {
                 }
             }
         }
-    }
-
-    /// Keeps a process's per-call probes (the perf events holding them).
-    fn keep_attached(&mut self, pid: u32, fds: Vec<OwnedFd>) {
+        tracing::debug!(
+            "TLS: pid {pid}: {} plaintext probes attached in {:?}",
+            fds.len(),
+            attach_started.elapsed()
+        );
         if fds.is_empty() {
             return;
         }
