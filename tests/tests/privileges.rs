@@ -58,7 +58,12 @@ fn http_server(ns: Option<&DnsNs>, cert: &Cert, mode: &str) -> HelperServer {
             .arg(cert.cert())
             .arg("--key")
             .arg(cert.key())
-            .args(["--mode", mode]),
+            .args(["--mode", mode])
+            // A fresh curl's per-call probes go on when it makes its TLS
+            // context, and an attach waits an RCU grace period (13-21 ms
+            // here, bench/NOTES.md): a slow handshake keeps its request
+            // after them, so the plaintext first byte is what is checked.
+            .args(["--handshake-delay-ms", "300"]),
     )
 }
 
