@@ -19,7 +19,7 @@ use crate::{
     dns::{DnsRecord, Lookups, WireLookups},
     http::RequestRecord,
     process::ProcessCache,
-    record::{comm_str, comm_str_n, ConnRecord, Owner, State},
+    record::{comm_str, comm_str_n, ConnRecord, FirstRequest, Owner, State},
     tls::{TlsRecord, TtfbUnmeasured},
 };
 
@@ -143,14 +143,18 @@ impl ConnTable {
             }
             join_dns(&mut self.lookups, &mut conn);
         }
+        let mut first = None;
         for x in done {
-            self.requests_out.push(RequestRecord::new(
-                &x,
-                None,
-                &conn,
-                &self.clock,
-                self.keep_query,
-            ));
+            let r = RequestRecord::new(&x, None, &conn, &self.clock, self.keep_query);
+            if r.connection.is_some() {
+                first = Some(FirstRequest {
+                    waited: r.ttfb_ns.is_some(),
+                });
+            }
+            self.requests_out.push(r);
+        }
+        if let (Some(f), Some(talk)) = (first, self.http.get_mut(&ev.conn.sk)) {
+            talk.first_request = Some(f);
         }
     }
 
@@ -250,6 +254,9 @@ impl ConnTable {
                     &self.clock,
                     State::Closed,
                 );
+                // Requests the close ends are made once the record has its
+                // TLS and lookup: the first one's trace shows those phases.
+                let mut ended = Vec::new();
                 if let Some(mut c) = self.http.remove(&conn.sk) {
                     set_direction(&mut r, c.owner_is_client);
                     self.http_orphans_closed += c.orphans;
@@ -264,14 +271,9 @@ impl ConnTable {
                     // comes from the library.)
                     let stopped =
                         conn.flags & FLAG_TLS == 0 && conn.http == observer_common::http::NO;
-                    for (x, cut) in c.close().into_iter().filter(|_| !stopped) {
-                        self.requests_out.push(RequestRecord::new(
-                            &x,
-                            cut,
-                            &r,
-                            &self.clock,
-                            self.keep_query,
-                        ));
+                    r.first_request = c.first_request;
+                    if !stopped {
+                        ended = c.close();
                     }
                 }
                 let name = live.and_then(|l| l.server_name);
@@ -291,6 +293,15 @@ impl ConnTable {
                     None => {}
                 }
                 join_dns(&mut self.lookups, &mut r);
+                for (x, cut) in ended {
+                    let q = RequestRecord::new(&x, cut, &r, &self.clock, self.keep_query);
+                    if q.connection.is_some() {
+                        r.first_request = Some(FirstRequest {
+                            waited: q.ttfb_ns.is_some(),
+                        });
+                    }
+                    self.requests_out.push(q);
+                }
                 Some(r)
             }
             Event::Dns(ev) => {

@@ -114,6 +114,16 @@ pub struct ConnRecord {
     /// socket and start: a socket's address is reused by later connections).
     #[serde(skip)]
     pub conn_key: u64,
+    /// What the trace of the connection's first request already shows (its
+    /// phases; `waited`: its own wait for the first byte as well): the
+    /// connection's trace then holds only the rest.
+    #[serde(skip)]
+    pub first_request: Option<FirstRequest>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirstRequest {
+    pub waited: bool,
 }
 
 /// The kernel's thread name: bytes up to the first NUL.
@@ -264,6 +274,7 @@ impl ConnRecord {
             first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),
             peer_fin_unix_ns: (conn.peer_fin_ns != 0).then(|| clock.to_unix_ns(conn.peer_fin_ns)),
             conn_key: conn.sk ^ conn.start_ns.rotate_left(32),
+            first_request: None,
         }
     }
 }

@@ -122,19 +122,28 @@ fn check_traces(rec: &Received, server: &HelperServer, runs: &[(u32, Vec<f64>)])
             attr_int(&root.attributes, "server.port"),
             Some(i64::from(server.port))
         );
-        let child = |name: &str| {
-            mine.iter()
-                .map(|(_, s)| s)
-                .find(|s| s.name.starts_with(name) && s.parent_span_id == root.span_id)
-                .unwrap_or_else(|| panic!("no {name} span under {}", root.name))
-        };
-        let connect = child("socket connect");
-        let wait = child("wait first byte");
-        for c in [connect, wait] {
-            assert_eq!(c.trace_id, root.trace_id);
-            assert!(c.start_time_unix_nano >= root.start_time_unix_nano);
+        // The connection's phases are in its first request's trace, which
+        // the connection's root links to; the wait for the first byte stays
+        // with the connection when the request has none of its own (here:
+        // the answer is not HTTP).
+        let link = root
+            .links
+            .first()
+            .expect("the connection links to its first request");
+        assert_eq!(
+            (&link.trace_id, &link.span_id),
+            (&get.trace_id, &get.span_id)
+        );
+        let phases = phases_of(mine.iter().map(|(_, s)| s), root);
+        let connect = named(&phases, "socket connect");
+        let wait = named(&phases, "wait first byte");
+        assert_eq!(connect.parent_span_id, get.span_id);
+        assert_eq!(wait.parent_span_id, root.span_id);
+        for (c, parent) in [(connect, get), (wait, root)] {
+            assert_eq!(c.trace_id, parent.trace_id);
+            assert!(c.start_time_unix_nano >= parent.start_time_unix_nano);
             assert!(
-                c.end_time_unix_nano <= root.end_time_unix_nano,
+                c.end_time_unix_nano <= parent.end_time_unix_nano,
                 "{} outside its parent",
                 c.name
             );
@@ -366,12 +375,26 @@ fn trace_of(rec: &Received, pid: u32) -> (Vec<KeyValue>, Span, Vec<Span>) {
         .collect();
     assert_eq!(roots.len(), 1, "one connection of pid {pid}: {roots:#?}");
     let (res, root) = roots[0].clone();
-    let children = spans
-        .into_iter()
-        .map(|(_, s)| s)
-        .filter(|s| s.parent_span_id == root.span_id)
-        .collect();
+    let children = phases_of(spans.iter().map(|(_, s)| s), &root);
     (res, root, children)
+}
+
+/// A connection's phases: its root's children, and the children of the
+/// first request's span it links to (that trace holds the connect, TLS and
+/// lookup phases, and its own wait for the first byte).
+fn phases_of<'a>(spans: impl Iterator<Item = &'a Span>, root: &Span) -> Vec<Span> {
+    let linked: Vec<(&[u8], &[u8])> = root
+        .links
+        .iter()
+        .map(|l| (&l.trace_id[..], &l.span_id[..]))
+        .collect();
+    spans
+        .filter(|s| {
+            s.parent_span_id == root.span_id
+                || linked.contains(&(&s.trace_id[..], &s.parent_span_id[..]))
+        })
+        .cloned()
+        .collect()
 }
 
 fn named<'a>(children: &'a [Span], prefix: &str) -> &'a Span {
@@ -948,6 +971,30 @@ fn llm_calls_as_traces() {
     assert!(connect.end_time_unix_nano <= handshake.end_time_unix_nano);
     assert!(handshake.end_time_unix_nano <= wait[0].start_time_unix_nano);
     assert_eq!(connect.trace_id, client.trace_id);
+    // The connection's own trace does not repeat them: its root links to
+    // the first request and has no children (that request timed its own
+    // wait for the first byte).
+    let conn_root: Vec<&Span> = spans
+        .iter()
+        .filter(|s| {
+            s.kind == SpanKind::Client as i32 && s.name == format!("tcp llm.test:{}", server.port)
+        })
+        .collect();
+    assert_eq!(conn_root.len(), 1, "{spans:#?}");
+    assert_eq!(
+        conn_root[0]
+            .links
+            .iter()
+            .map(|l| (&l.trace_id, &l.span_id))
+            .collect::<Vec<_>>(),
+        [(&client.trace_id, &client.span_id)]
+    );
+    assert!(
+        !spans
+            .iter()
+            .any(|s| s.parent_span_id == conn_root[0].span_id),
+        "the connection's phases are only in its first request's trace"
+    );
     // The second request on the connection is a trace of its own, linked
     // to the first's.
     let second: Vec<&Span> = spans

@@ -1,5 +1,6 @@
 //! OTLP attribute helpers and the semantic-convention names we emit.
 
+use super::span_wire::{SpanId, TraceId};
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 
 pub fn kv(key: &str, value: Value) -> KeyValue {
@@ -76,27 +77,43 @@ impl Ids {
     }
 
     /// The trace of a connection's first request (see `request_spans`).
-    pub fn connection_trace_id(&self, conn_key: u64) -> Vec<u8> {
-        let mut v = self.derived(conn_key, 1).to_be_bytes().to_vec();
-        v.extend_from_slice(&self.derived(conn_key, 2).to_be_bytes());
-        v
+    pub fn connection_trace_id(&self, conn_key: u64) -> TraceId {
+        pair(self.derived(conn_key, 1), self.derived(conn_key, 2))
     }
 
     /// The root span of a connection's first request.
-    pub fn connection_span_id(&self, conn_key: u64) -> Vec<u8> {
-        self.derived(conn_key, 3).max(1).to_be_bytes().to_vec()
+    pub fn connection_span_id(&self, conn_key: u64) -> SpanId {
+        self.derived(conn_key, 3).max(1).to_be_bytes()
     }
 
-    pub fn trace_id(&mut self) -> Vec<u8> {
-        let mut v = self.next().to_be_bytes().to_vec();
-        v.extend_from_slice(&self.next().to_be_bytes());
-        v
+    /// The sampling draw of a connection's record and of its first
+    /// request's: one trace holds the connection's phases, the other links
+    /// to it, so both are kept or both left out.
+    pub fn connection_draw(&self, conn_key: u64) -> u64 {
+        self.derived(conn_key, 4)
     }
 
-    pub fn span_id(&mut self) -> Vec<u8> {
+    pub fn trace_id(&mut self) -> TraceId {
+        let hi = self.next();
+        pair(hi, self.next())
+    }
+
+    pub fn span_id(&mut self) -> SpanId {
         // Never all zero (an invalid span id).
-        self.next().max(1).to_be_bytes().to_vec()
+        self.next().max(1).to_be_bytes()
     }
+
+    /// A draw for sampling.
+    pub fn draw(&mut self) -> u64 {
+        self.next()
+    }
+}
+
+fn pair(hi: u64, lo: u64) -> TraceId {
+    let mut id = [0; 16];
+    id[..8].copy_from_slice(&hi.to_be_bytes());
+    id[8..].copy_from_slice(&lo.to_be_bytes());
+    id
 }
 
 impl Default for Ids {

@@ -503,7 +503,7 @@ impl Exporter {
                 r = rx.recv() => match r {
                     Some(r) => {
                         if traces.is_some() {
-                            if self.sampling.keep(&r, ids_draw(&mut ids)) {
+                            if self.sampling.keep(&r, ids_draw(&mut ids, &r)) {
                                 batch.push(r);
                             } else {
                                 self.stats.records_sampled_out.fetch_add(1, Ordering::Relaxed);
@@ -628,9 +628,14 @@ impl Exporter {
     }
 }
 
-fn ids_draw(ids: &mut Ids) -> u64 {
-    let v = ids.span_id();
-    u64::from_be_bytes(v.try_into().unwrap_or([0; 8]))
+/// A connection and its first request share a draw (see
+/// `Ids::connection_draw`); everything else draws afresh.
+fn ids_draw(ids: &mut Ids, r: &Traced) -> u64 {
+    match r {
+        Traced::Conn(c) if c.first_request.is_some() => ids.connection_draw(c.conn_key),
+        Traced::Request(q) if q.connection.is_some() => ids.connection_draw(q.conn_key),
+        _ => ids.draw(),
+    }
 }
 
 #[cfg(test)]

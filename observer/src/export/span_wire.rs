@@ -71,18 +71,24 @@ pub struct Status {
     pub message: String,
 }
 
+/// Ids are fixed-size values, not allocations: a span is built and
+/// encoded many thousand times a second.
+pub type TraceId = [u8; 16];
+pub type SpanId = [u8; 8];
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Link {
-    pub trace_id: Vec<u8>,
-    pub span_id: Vec<u8>,
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
     pub attributes: Vec<KeyValue>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Span {
-    pub trace_id: Vec<u8>,
-    pub span_id: Vec<u8>,
-    pub parent_span_id: Vec<u8>,
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    /// None for a trace's root.
+    pub parent_span_id: Option<SpanId>,
     pub name: String,
     pub kind: SpanKind,
     pub start_time_unix_nano: u64,
@@ -355,7 +361,7 @@ impl Message for Span {
     fn body_len(&self) -> usize {
         bytes_len(1, &self.trace_id)
             + bytes_len(2, &self.span_id)
-            + bytes_len(4, &self.parent_span_id)
+            + self.parent_span_id.as_ref().map_or(0, |p| bytes_len(4, p))
             + bytes_len(5, self.name.as_bytes())
             + varint_field_len(6, self.kind as u64)
             + fixed64_len(7, self.start_time_unix_nano)
@@ -368,7 +374,9 @@ impl Message for Span {
     fn write_body(&self, buf: &mut Vec<u8>) {
         put_bytes(buf, 1, &self.trace_id);
         put_bytes(buf, 2, &self.span_id);
-        put_bytes(buf, 4, &self.parent_span_id);
+        if let Some(p) = &self.parent_span_id {
+            put_bytes(buf, 4, p);
+        }
         put_bytes(buf, 5, self.name.as_bytes());
         put_varint_field(buf, 6, self.kind as u64);
         put_fixed64(buf, 7, self.start_time_unix_nano);
@@ -458,9 +466,11 @@ mod tests {
                                 .spans
                                 .iter()
                                 .map(|s| PSpan {
-                                    trace_id: s.trace_id.clone(),
-                                    span_id: s.span_id.clone(),
-                                    parent_span_id: s.parent_span_id.clone(),
+                                    trace_id: s.trace_id.to_vec(),
+                                    span_id: s.span_id.to_vec(),
+                                    parent_span_id: s
+                                        .parent_span_id
+                                        .map_or_else(Vec::new, |p| p.to_vec()),
                                     name: s.name.clone(),
                                     kind: s.kind as i32,
                                     start_time_unix_nano: s.start_time_unix_nano,
@@ -470,8 +480,8 @@ mod tests {
                                         .links
                                         .iter()
                                         .map(|l| PLink {
-                                            trace_id: l.trace_id.clone(),
-                                            span_id: l.span_id.clone(),
+                                            trace_id: l.trace_id.to_vec(),
+                                            span_id: l.span_id.to_vec(),
                                             attributes: l.attributes.iter().map(kv).collect(),
                                             ..PLink::default()
                                         })
@@ -494,9 +504,9 @@ mod tests {
 
     #[test]
     fn the_bytes_are_prosts_for_the_same_spans() {
-        let span = |n: u8, parent: Vec<u8>| Span {
-            trace_id: vec![n; 16],
-            span_id: vec![n + 1; 8],
+        let span = |n: u8, parent: Option<SpanId>| Span {
+            trace_id: [n; 16],
+            span_id: [n + 1; 8],
             parent_span_id: parent,
             name: format!("span {n} é"),
             kind: SpanKind::Client,
@@ -517,8 +527,8 @@ mod tests {
                 },
             ],
             links: vec![Link {
-                trace_id: vec![9; 16],
-                span_id: vec![8; 8],
+                trace_id: [9; 16],
+                span_id: [8; 8],
                 attributes: vec![s("observer.link", "connection's first request")],
             }],
             status: Some(Status {
@@ -526,7 +536,7 @@ mod tests {
                 message: "reset".into(),
             }),
         };
-        let mut plain = span(3, vec![4; 8]);
+        let mut plain = span(3, Some([4; 8]));
         plain.links.clear();
         plain.status = Some(Status::default());
         plain.kind = SpanKind::Unspecified;
@@ -538,7 +548,7 @@ mod tests {
                         attributes: vec![s("service.name", "curl"), i("process.pid", 42)],
                     }),
                     scope_spans: vec![ScopeSpans {
-                        spans: vec![span(1, Vec::new()), plain],
+                        spans: vec![span(1, None), plain],
                     }],
                 },
                 ResourceSpans {

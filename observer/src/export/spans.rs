@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use super::{
     attrs::{error_type, Ids},
     span_wire::{
-        f, i, s, KeyValue, Link, Resource, ResourceSpans, ScopeSpans, Span, SpanKind, Status,
-        StatusCode, TraceRequest,
+        f, i, s, KeyValue, Link, Resource, ResourceSpans, ScopeSpans, Span, SpanId, SpanKind,
+        Status, StatusCode, TraceId, TraceRequest,
     },
 };
 use crate::{
@@ -199,14 +199,28 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         crate::diagnose::cause_of_conn(r),
     ));
     let kind = span_kind(r.direction);
+    // The first request's trace holds the connection's phases: this one
+    // links there instead of repeating them.
+    let links = match r.first_request {
+        Some(_) => vec![Link {
+            trace_id: ids.connection_trace_id(r.conn_key),
+            span_id: ids.connection_span_id(r.conn_key),
+            attributes: vec![s(
+                "observer.link",
+                "first request, with the connection's phases",
+            )],
+        }],
+        None => Vec::new(),
+    };
     let mut out = vec![Span {
-        trace_id: trace_id.clone(),
-        span_id: root_id.clone(),
+        trace_id,
+        span_id: root_id,
         name: format!("tcp {}:{}", e.server_addr, e.server_port),
         kind,
         start_time_unix_nano: start,
         end_time_unix_nano: end.max(start),
         attributes: attrs,
+        links,
         status: Some(Status {
             code: if error.is_some() {
                 StatusCode::Error
@@ -218,12 +232,17 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         ..Span::default()
     }];
     let window = Window {
-        trace_id: &trace_id,
-        parent: &root_id,
+        trace_id,
+        parent: root_id,
         start,
         end,
     };
-    phase_spans(r, &e, &window, ids, &mut out);
+    if r.first_request.is_none() {
+        phase_spans(r, &e, &window, ids, &mut out);
+    }
+    if r.first_request.is_some_and(|f| f.waited) {
+        return out;
+    }
     let wait = match &r.tls {
         Some(t) => t.ttfb_start_unix_ns.zip(t.ttfb_ns),
         None => match r.direction {
@@ -238,14 +257,14 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
 }
 
 /// Where a trace's child spans go: under `parent`, inside [start, end].
-struct Window<'a> {
-    trace_id: &'a [u8],
-    parent: &'a [u8],
+struct Window {
+    trace_id: TraceId,
+    parent: SpanId,
     start: u64,
     end: u64,
 }
 
-impl Window<'_> {
+impl Window {
     fn child(
         &self,
         ids: &mut Ids,
@@ -258,9 +277,9 @@ impl Window<'_> {
         let from = from.clamp(self.start, self.end);
         let to = from.saturating_add(len).min(self.end.max(from));
         Span {
-            trace_id: self.trace_id.to_vec(),
+            trace_id: self.trace_id,
             span_id: ids.span_id(),
-            parent_span_id: self.parent.to_vec(),
+            parent_span_id: Some(self.parent),
             name,
             kind: SpanKind::Internal,
             start_time_unix_nano: from,
@@ -273,7 +292,7 @@ impl Window<'_> {
 
 /// A connection's phases as child spans: the lookup that led to it, the
 /// socket connect, the TLS handshake.
-fn phase_spans(r: &ConnRecord, e: &Ends, w: &Window<'_>, ids: &mut Ids, out: &mut Vec<Span>) {
+fn phase_spans(r: &ConnRecord, e: &Ends, w: &Window, ids: &mut Ids, out: &mut Vec<Span>) {
     if let Some(d) = &r.dns {
         out.push(w.child(
             ids,
@@ -517,8 +536,8 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
     });
     let end = r.end_unix_ns.max(start);
     let mut out = vec![Span {
-        trace_id: trace_id.clone(),
-        span_id: root_id.clone(),
+        trace_id,
+        span_id: root_id,
         name,
         kind,
         start_time_unix_nano: start,
@@ -532,8 +551,8 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         ..Span::default()
     }];
     let window = Window {
-        trace_id: &trace_id,
-        parent: &root_id,
+        trace_id,
+        parent: root_id,
         start,
         end,
     };
@@ -653,7 +672,7 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert_eq!(s[0].name, "tcp 10.0.0.1:80");
         assert_eq!(s[0].kind, SpanKind::Client);
-        assert!(s[0].parent_span_id.is_empty());
+        assert!(s[0].parent_span_id.is_none());
         assert_eq!(
             (
                 s[1].name.as_str(),
@@ -671,7 +690,7 @@ mod tests {
             ("wait first byte", 4_000, 9_000)
         );
         for child in &s[1..] {
-            assert_eq!(child.parent_span_id, s[0].span_id);
+            assert_eq!(child.parent_span_id, Some(s[0].span_id));
             assert_eq!(child.trace_id, s[0].trace_id);
         }
         let req = request(
@@ -682,6 +701,42 @@ mod tests {
         );
         assert_eq!(req.resource_spans.len(), 1, "one resource per process");
         assert_eq!(req.resource_spans[0].scope_spans[0].spans.len(), 6);
+    }
+
+    #[test]
+    fn a_connection_whose_first_request_holds_its_phases_links_there() {
+        let mut c = Conn {
+            start_ns: 1_000,
+            established_ns: 3_000,
+            first_tx_ns: 4_000,
+            first_rx_ns: 9_000,
+            end_ns: 10_000,
+            dport: 80,
+            family: AF_INET,
+            direction: DIR_OUTBOUND,
+            flags: FLAG_OWNED | FLAG_ESTABLISHED,
+            pid: 42,
+            ..Conn::default()
+        };
+        c.daddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+        let mut r = ConnRecord::new(&c, None, &Clock::with_offset(0), State::Closed);
+        let ids = &mut Ids::new();
+        let first = (
+            ids.connection_trace_id(r.conn_key),
+            ids.connection_span_id(r.conn_key),
+        );
+        r.first_request = Some(crate::record::FirstRequest { waited: true });
+        let s = spans(&r, ids);
+        assert_eq!(s.len(), 1, "the root alone: {s:#?}");
+        assert_eq!(s[0].links.len(), 1);
+        assert_eq!((s[0].links[0].trace_id, s[0].links[0].span_id), first);
+        assert_ne!(s[0].trace_id, first.0);
+        // The request had no first byte of its own (an answer that was not
+        // HTTP): the connection keeps its wait.
+        r.first_request = Some(crate::record::FirstRequest { waited: false });
+        let s = spans(&r, ids);
+        let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["tcp 10.0.0.1:80", "wait first byte"]);
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub struct Conversation {
     /// from the first call that shows it (its direction in the kernel is a
     /// guess from the ports).
     pub owner_is_client: Option<bool>,
+    /// The first request's record was made: what its trace shows.
+    pub first_request: Option<crate::record::FirstRequest>,
 }
 
 /// Whether the owner of a connection first seen mid-way is the client, from
