@@ -79,6 +79,21 @@ pub fn observer_bin() -> PathBuf {
     p
 }
 
+/// The test build of the NVML library (the same FFI path as the real one):
+/// $NVML_STUB (set by `cargo xtask test`), else the release build's.
+pub fn nvml_stub() -> PathBuf {
+    let p = std::env::var_os("NVML_STUB").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/libnvml_stub.so"),
+        PathBuf::from,
+    );
+    assert!(
+        p.exists(),
+        "{} missing: `cargo build --release -p nvml-stub` (cargo xtask test does)",
+        p.display()
+    );
+    p
+}
+
 /// A helper script shipped in tests/helpers.
 pub fn helper(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

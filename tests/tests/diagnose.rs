@@ -22,20 +22,6 @@ use tests::{otlp::*, *};
 /// 500 ppm, 0.75 ms over 1.5 s).
 const CURL_MARGIN_MS: f64 = 1.0;
 
-/// The stub NVML library (see tests/tests/gpu.rs).
-fn nvml_stub() -> PathBuf {
-    let p = std::env::var_os("NVML_STUB").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/libnvml_stub.so"),
-        PathBuf::from,
-    );
-    assert!(
-        p.exists(),
-        "{} missing: `cargo build --release -p nvml-stub` (cargo xtask test does)",
-        p.display()
-    );
-    p
-}
-
 /// The stub's config file (one device, `gpu_pid` on it at `util`%);
 /// removed on drop.
 struct StubConfig(PathBuf);

@@ -14,21 +14,6 @@ use std::{
 use serde_json::{json, Value};
 use tests::*;
 
-/// The stub library: $NVML_STUB (set by `cargo xtask test`), else the
-/// release build's.
-fn stub() -> PathBuf {
-    let p = std::env::var_os("NVML_STUB").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/libnvml_stub.so"),
-        PathBuf::from,
-    );
-    assert!(
-        p.exists(),
-        "{} missing: `cargo build --release -p nvml-stub` (cargo xtask test does)",
-        p.display()
-    );
-    p
-}
-
 /// A stub config file; `set` rewrites it atomically (the stub re-reads it
 /// when it changes).
 struct StubConfig(PathBuf);
@@ -62,7 +47,7 @@ impl Drop for StubConfig {
 /// `observer watch` of `port`'s connections with the stub NVML, sampled
 /// every 50 ms.
 fn watch_with_stub(port: u16, cfg: &StubConfig) -> Watch {
-    let stub = stub();
+    let stub = nvml_stub();
     Watch::start_with_env(
         &[
             "--port",
@@ -91,7 +76,7 @@ fn gpu_snapshot_two_devices_and_one_that_errors() {
     let cfg = StubConfig::new(&devices(4242, 40));
     let out = Command::new(observer_bin())
         .args(["gpu", "--json", "--nvml-lib"])
-        .arg(stub())
+        .arg(nvml_stub())
         .env("NVML_STUB_CONFIG", &cfg.0)
         .output()
         .unwrap();
@@ -125,7 +110,7 @@ fn gpu_snapshot_two_devices_and_one_that_errors() {
     if require_root("gpu_doctor") {
         let out = Command::new(observer_bin())
             .args(["doctor", "--json", "--nvml-lib"])
-            .arg(stub())
+            .arg(nvml_stub())
             .env("NVML_STUB_CONFIG", &cfg.0)
             .output()
             .unwrap();
@@ -246,7 +231,7 @@ fn gpu_metrics_on_the_prometheus_endpoint() {
             "1",
         ])
         .args(["--prometheus-listen", &listen, "--nvml-lib"])
-        .arg(stub())
+        .arg(nvml_stub())
         .env("NVML_STUB_CONFIG", &cfg.0)
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -423,21 +423,6 @@ fn the_dashboard_is_well_formed() {
     );
 }
 
-/// The stub NVML: $NVML_STUB (set by `cargo xtask test`), else the release
-/// build's (as tests/tests/gpu.rs finds it).
-fn nvml_stub() -> PathBuf {
-    let p = std::env::var_os("NVML_STUB").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/libnvml_stub.so"),
-        PathBuf::from,
-    );
-    assert!(
-        p.exists(),
-        "{} missing: `cargo build --release -p nvml-stub` (cargo xtask test does)",
-        p.display()
-    );
-    p
-}
-
 /// A file removed on drop.
 struct TempFile(PathBuf);
 

@@ -268,21 +268,6 @@ const TITLE: &str = "observer top |";
 /// The utilization the test NVML reports for the fast server's GPU.
 const GPU_PCT: u32 = 73;
 
-/// The test build of NVML: $NVML_STUB (set by `cargo xtask test`), else the
-/// release build's.
-fn nvml_stub() -> PathBuf {
-    let p = std::env::var_os("NVML_STUB").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/libnvml_stub.so"),
-        PathBuf::from,
-    );
-    assert!(
-        p.exists(),
-        "{} missing: `cargo xtask test` builds it",
-        p.display()
-    );
-    p
-}
-
 /// A file removed on drop.
 struct Removed(PathBuf);
 
