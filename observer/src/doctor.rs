@@ -98,6 +98,8 @@ pub struct Report {
     pub gpu: GpuReport,
     /// The resolver probes: what was probed, or why lookups are not seen.
     pub dns: Option<DnsReport>,
+    /// Other observers loaded on this host (found before this one loaded).
+    pub other_observers: Vec<crate::others::OtherObserver>,
     /// True when the observer can run: the rule `watch` and `run` apply.
     pub ok: bool,
     /// Why it cannot, when it cannot.
@@ -204,6 +206,7 @@ pub fn run(options: Options) -> Report {
         tls: None,
         gpu,
         dns: None,
+        other_observers: crate::others::find(),
         ok: false,
         refusal: None,
         capabilities: CapabilityReport::of(&p),
@@ -282,6 +285,13 @@ pub fn print(r: &Report, verbose: bool) {
     println!(
         "  tracefs      {}",
         r.tracefs.as_deref().unwrap_or("not mounted")
+    );
+    println!(
+        "  others       {}",
+        crate::others::warning(&r.other_observers).map_or_else(
+            || "no other observer loaded".to_owned(),
+            |w| format!("WARNING: {w}")
+        )
     );
     if let Some(e) = &r.load_error {
         println!("  eBPF object  NOT LOADED: {e}");

@@ -20,6 +20,7 @@ pub mod http;
 pub mod k8s;
 pub mod libraries;
 pub mod observer;
+pub mod others;
 pub mod output;
 pub mod pipeline;
 pub mod privileges;

@@ -83,6 +83,9 @@ pub async fn run_with(
     // after `ready`, stops the observer cleanly instead of killing it.
     let stop = Stop::install()?;
     raise_fd_limit();
+    if let Some(w) = crate::others::warning(&crate::others::find()) {
+        tracing::warn!("{w}");
+    }
     let obs = Observer::start(options(&args))?;
     obs.verdict()?;
     if let Err(e) = &obs.offsets {

@@ -286,3 +286,58 @@ fn under_reduced_privileges_each_feature_says_whether_it_works() {
     );
     std::fs::remove_dir_all(bin.parent().unwrap()).unwrap();
 }
+
+/// A second observer on the host is named by `doctor` and by the start-up
+/// of another: two observers double what observed programs pay, and a stray
+/// one has made timings drift.
+#[test]
+fn another_observer_loaded_is_named() {
+    let Some(_serial) = begin("another_observer", &[]) else {
+        return;
+    };
+    let first = Watch::start(&["--port", "9"]);
+    let (code, out, err) = run(&["doctor", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let listed = |v: &Value, pid: u32| -> Option<Value> {
+        v["other_observers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["pid"] == json!(pid))
+            .cloned()
+    };
+    let it = listed(&v, first.pid()).unwrap_or_else(|| panic!("{:#}", v["other_observers"]));
+    assert_eq!(it["comm"], "observer");
+    // Every program of the table it loaded (the TLS and DNS probes among
+    // them), not one or two.
+    assert!(it["programs"].as_u64().unwrap() >= 20, "{it}");
+    let (_, text, _) = run(&["doctor"]);
+    // Any stray observer is listed too: what matters is that this one is.
+    let named = |line: &str, pid: u32| {
+        line.contains("another observer is loaded:")
+            && line.contains(&format!("pid {pid} (observer,"))
+    };
+    assert!(
+        text.lines()
+            .any(|l| l.contains("WARNING") && named(l, first.pid())),
+        "{text}"
+    );
+    let second = Watch::start(&["--port", "9"]);
+    assert!(
+        second.stderr_seen().iter().any(|l| named(l, first.pid())),
+        "{:?}",
+        second.stderr_seen()
+    );
+    second.stop();
+    let first_pid = first.pid();
+    first.stop();
+    let (_, out, _) = run(&["doctor", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed(&v, first_pid), None, "gone once it stopped");
+    let (_, text, _) = run(&["doctor"]);
+    assert!(
+        !text.contains(&format!("pid {first_pid} (observer,")),
+        "{text}"
+    );
+}
