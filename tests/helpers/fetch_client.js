@@ -22,6 +22,7 @@ async function one(model) {
   let ttft = null;
   let events = 0;
   let usage = null;
+  let serverWait = null;
   let text = "";
   const dec = new TextDecoder();
   for await (const part of res.body) {
@@ -36,10 +37,12 @@ async function one(model) {
     const data = line.slice(5).trim();
     if (data !== "[DONE]") {
       const obj = JSON.parse(data);
+      const fp = obj.system_fingerprint || "";
+      if (serverWait === null && fp.startsWith("wait_ms=")) serverWait = parseFloat(fp.slice(8));
       if (obj.usage) usage = { input: obj.usage.prompt_tokens, output: obj.usage.completion_tokens };
     }
   }
-  console.log(JSON.stringify({ pid: process.pid, model, status: res.status, ttfb_ms: ttfb, ttft_ms: ttft, events, usage }));
+  console.log(JSON.stringify({ pid: process.pid, model, status: res.status, ttfb_ms: ttfb, ttft_ms: ttft, events, usage, server_wait_ms: serverWait }));
 }
 
 (async () => {

@@ -47,6 +47,12 @@ def read_request(f):
 
 
 def answer(s, body, a):
+    # The server's own clock from the request read to its answer's first
+    # send: the wait the tests injected plus what this process took beyond
+    # it (a late wake-up from the sleep, building the answer). It goes out in
+    # the first event as `system_fingerprint` ("wait_ms=..."), a field the
+    # OpenAI chunk carries, so clients can report it.
+    t_req = time.monotonic()
     req = json.loads(body)
     model = req.get("model", "")
     answer_model = model + "-served"
@@ -65,8 +71,10 @@ def answer(s, body, a):
         }).encode()
         s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(out), out))
         return True
+    first = dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+    first["system_fingerprint"] = "wait_ms=%.3f" % ((time.monotonic() - t_req) * 1000)
     s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-              + event(dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])))
+              + event(first))
     for i in range(a.chunks):
         time.sleep(a.gap_ms / 1000.0)
         s.sendall(event(dict(base, choices=[{"index": 0, "delta": {"content": "w%d " % i}}])))

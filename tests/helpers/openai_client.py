@@ -17,6 +17,13 @@ import time
 import openai
 
 
+def wait_of(fingerprint):
+    """The test server's own wait before its answer ("wait_ms=..."), or None."""
+    if fingerprint and fingerprint.startswith("wait_ms="):
+        return float(fingerprint[len("wait_ms="):])
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -48,13 +55,14 @@ def main():
             stream=True,
             stream_options={"include_usage": True},
         )
-        ttfb = ttft = usage = finish = served = None
+        ttfb = ttft = usage = finish = served = server_wait = None
         chunks = 0
         for ch in stream:
             t = (time.perf_counter() - t0) * 1000
             chunks += 1
             if ttfb is None:
                 ttfb = t
+                server_wait = wait_of(ch.system_fingerprint)
             served = ch.model
             if ch.choices:
                 c = ch.choices[0]
@@ -66,7 +74,8 @@ def main():
                 usage = {"input": ch.usage.prompt_tokens, "output": ch.usage.completion_tokens}
         print(json.dumps({"local_port": ports[-1] if ports else None, "connections": len(ports),
                           "ttfb_ms": ttfb, "ttft_ms": ttft, "chunks": chunks, "usage": usage,
-                          "response_model": served, "finish_reason": finish}), flush=True)
+                          "response_model": served, "finish_reason": finish,
+                          "server_wait_ms": server_wait}), flush=True)
 
 
 if __name__ == "__main__":

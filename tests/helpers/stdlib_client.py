@@ -32,7 +32,7 @@ def main():
         conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         ttfb = (time.perf_counter() - t0) * 1000
-        ttft, events, usage, text = None, 0, None, b""
+        ttft, events, usage, text, server_wait = None, 0, None, b"", None
         while True:
             part = resp.read1(65536)
             if not part:
@@ -46,11 +46,16 @@ def main():
                 events += 1
                 data = line[5:].strip()
                 if data != b"[DONE]":
-                    u = json.loads(data).get("usage")
+                    obj = json.loads(data)
+                    fp = obj.get("system_fingerprint") or ""
+                    if server_wait is None and fp.startswith("wait_ms="):
+                        server_wait = float(fp[len("wait_ms="):])
+                    u = obj.get("usage")
                     if u:
                         usage = {"input": u["prompt_tokens"], "output": u["completion_tokens"]}
         print(json.dumps({"local_port": port, "model": model, "status": resp.status, "ttfb_ms": ttfb,
-                          "ttft_ms": ttft, "events": events, "usage": usage}), flush=True)
+                          "ttft_ms": ttft, "events": events, "usage": usage,
+                          "server_wait_ms": server_wait}), flush=True)
 
 
 if __name__ == "__main__":
