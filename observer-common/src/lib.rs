@@ -27,6 +27,9 @@ pub const WAKEUP_BYTES_GLOBAL: &str = "WAKEUP_BYTES";
 /// a batch is small (under churn a 50 ms batch held ~4,000 events, whose
 /// processing in one go doubled the p99 latency of the traced server).
 pub const POLL_INTERVAL_MS: u64 = 10;
+/// The longest the reader sleeps while the ring stays empty (it backs off
+/// from POLL_INTERVAL_MS): a record on an idle host waits at most this.
+pub const IDLE_POLL_MS: u64 = 100;
 /// Global: byte offset of `sk_err` in `struct sock` (from BTF); 0 when unknown.
 pub const SK_ERR_OFFSET_GLOBAL: &str = "SK_ERR_OFFSET";
 /// Global: byte offset of `srtt_us` in `struct tcp_sock` (from BTF); 0 when unknown.

@@ -94,10 +94,13 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     if sk.is_null() {
         return None;
     }
-    let (l4, payload) = tcp_payload(ctx)?;
+    // The socket's own mark first: most packets of a busy host belong to
+    // sockets already judged (TLS, not HTTP, or too busy), and they leave
+    // here without the header load.
     if !skip_ptr(sk, 0).is_null() {
         return None;
     }
+    let (l4, payload) = tcp_payload(ctx)?;
     let key = sk as u64;
     let tracked = CONNS.get_ptr_mut(&key);
     let family = match tracked {

@@ -12,8 +12,9 @@ use crate::programs::PROGRAMS;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OtherObserver {
-    /// The process holding the programs (null: held by no process, e.g.
-    /// pinned or left attached).
+    /// The process holding the programs (null: held by no process this one
+    /// can read: pinned, left attached, or held where /proc/PID/fdinfo is
+    /// closed to it, without CAP_SYS_PTRACE).
     pub pid: Option<u32>,
     pub comm: Option<String>,
     /// How many of the observer's programs it holds.
@@ -111,7 +112,10 @@ pub fn warning(others: &[OtherObserver]) -> Option<String> {
         .map(|o| match (o.pid, &o.comm) {
             (Some(pid), Some(c)) => format!("pid {pid} ({c}, {} programs)", o.programs),
             (Some(pid), None) => format!("pid {pid} ({} programs)", o.programs),
-            (None, _) => format!("{} programs held by no process", o.programs),
+            (None, _) => format!(
+                "{} programs held by no process this one can read",
+                o.programs
+            ),
         })
         .collect();
     Some(format!(
@@ -155,6 +159,9 @@ mod tests {
         ])
         .expect("two holders: a warning");
         assert!(w.contains("pid 7 (observer, 40 programs)"), "{w}");
-        assert!(w.contains("2 programs held by no process"), "{w}");
+        assert!(
+            w.contains("2 programs held by no process this one can read"),
+            "{w}"
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
-use observer_common::{Counter, POLL_INTERVAL_MS};
+use observer_common::{Counter, IDLE_POLL_MS, POLL_INTERVAL_MS};
 use tokio::{
     io::unix::AsyncFd,
     sync::{mpsc, watch},
@@ -55,21 +55,30 @@ const EXPORT_QUEUE: usize = 8192;
 /// Drains the ring buffer on a short timer, and at once when the kernel wakes
 /// us (the ring is filling); on stop, drains it once more and returns
 /// (dropping the sender ends the correlator).
+///
+/// The timer backs off while drains find nothing: on a busy keep-alive
+/// server the ring is nearly idle (no record per request), and a reader
+/// waking 100 times a second preempts the very processes being observed (in
+/// bench/NOTES.md: nginx's involuntary context switches doubled). The
+/// kernel's wake-up at an eighth full still bounds a burst.
 pub(crate) async fn read_ring(
     mut ring: AsyncFd<RingBuf<MapData>>,
     tx: mpsc::Sender<Vec<Event>>,
     mut stop: watch::Receiver<bool>,
     stats: Arc<Stats>,
 ) -> anyhow::Result<()> {
-    let mut poll = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait_ms = POLL_INTERVAL_MS;
     loop {
         tokio::select! {
-            _ = poll.tick() => drain(ring.get_mut(), &tx, &stats),
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {
+                let found = drain(ring.get_mut(), &tx, &stats);
+                wait_ms = next_wait_ms(wait_ms, found);
+            }
             guard = ring.readable_mut() => {
                 let mut guard = guard.context("polling the ring buffer")?;
                 drain(guard.get_inner_mut(), &tx, &stats);
                 guard.clear_ready();
+                wait_ms = POLL_INTERVAL_MS;
             }
             _ = stop.changed() => {
                 drain(ring.get_mut(), &tx, &stats);
@@ -79,10 +88,23 @@ pub(crate) async fn read_ring(
     }
 }
 
-fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Event>>, stats: &Stats) {
+/// The reader's next sleep: the short interval while records come, doubling
+/// up to IDLE_POLL_MS while drains find none.
+fn next_wait_ms(wait_ms: u64, found: usize) -> u64 {
+    if found > 0 {
+        POLL_INTERVAL_MS
+    } else {
+        (wait_ms * 2).min(IDLE_POLL_MS)
+    }
+}
+
+/// Drains the ring; returns how many records it held.
+fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Event>>, stats: &Stats) -> usize {
     stats.health.reader_beat();
     let mut batch = Vec::with_capacity(64);
+    let mut found = 0;
     while let Some(item) = ring.next() {
+        found += 1;
         Stats::add(&stats.events, 1);
         match decode(&item) {
             Ok(ev) => batch.push(ev),
@@ -98,6 +120,7 @@ fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Event>>, stats: &Sta
     if !batch.is_empty() {
         send(tx, batch, stats);
     }
+    found
 }
 
 fn send(tx: &mpsc::Sender<Vec<Event>>, batch: Vec<Event>, stats: &Stats) {
@@ -466,4 +489,21 @@ pub(crate) fn write_output(
         w.flush()?;
     }
     w.flush()
+}
+
+#[cfg(test)]
+mod read_timer_tests {
+    use super::*;
+
+    #[test]
+    fn backs_off_while_idle_and_returns_at_once_with_records() {
+        let mut w = POLL_INTERVAL_MS;
+        let mut seen = vec![];
+        for _ in 0..6 {
+            w = next_wait_ms(w, 0);
+            seen.push(w);
+        }
+        assert_eq!(seen, [20, 40, 80, 100, 100, 100]);
+        assert_eq!(next_wait_ms(IDLE_POLL_MS, 1), POLL_INTERVAL_MS);
+    }
 }

@@ -20,7 +20,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample)]) -> Value {
+/// `costs`: an observer run with kernel.bpf_stats_enabled on, for the
+/// programs' run time (not one of the compared rounds).
+pub fn summarize_workload(
+    name: &str,
+    rounds: u32,
+    samples: &[(Mode, u32, Sample)],
+    costs: &Sample,
+) -> Value {
     let of = |m: Mode| -> Vec<&Sample> {
         samples
             .iter()
@@ -30,21 +37,20 @@ pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample
     };
     let med = |m: Mode, f: &dyn Fn(&Sample) -> f64| median(of(m).into_iter().map(f).collect());
     // Per-round ratios against the same round's baseline.
-    let ratio = |m: Mode, f: &dyn Fn(&Sample) -> f64| {
-        median(
-            (0..rounds)
-                .filter_map(|r| {
-                    let get = |mode: Mode| {
-                        samples
-                            .iter()
-                            .find(|(x, rr, _)| *x == mode && *rr == r)
-                            .map(|(_, _, s)| f(s))
-                    };
-                    Some(get(m)? / get(Mode::Baseline)?)
-                })
-                .collect(),
-        )
+    let ratios = |m: Mode, f: &dyn Fn(&Sample) -> f64| -> Vec<f64> {
+        (0..rounds)
+            .filter_map(|r| {
+                let get = |mode: Mode| {
+                    samples
+                        .iter()
+                        .find(|(x, rr, _)| *x == mode && *rr == r)
+                        .map(|(_, _, s)| f(s))
+                };
+                Some(get(m)? / get(Mode::Baseline)?)
+            })
+            .collect()
     };
+    let ratio = |m: Mode, f: &dyn Fn(&Sample) -> f64| median(ratios(m, f));
     let per_req = |m: Mode, f: &dyn Fn(&Sample) -> f64| {
         med(m, &|s: &Sample| {
             if s.requests > 0.0 {
@@ -64,25 +70,24 @@ pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample
         })
     };
     let (b, o, p) = (Mode::Baseline, Mode::Observer, Mode::Peer);
-    // Per program, from the observer round with the most requests: runs per
-    // request and per connection, ns per run.
-    let programs: Vec<Value> = of(o)
-        .into_iter()
-        .max_by(|x, y| x.requests.total_cmp(&y.requests))
-        .map_or_else(Vec::new, |s| {
-            s.programs
-                .iter()
-                .map(|(name, runs, ns)| {
-                    json!({
-                        "program": name,
-                        "runs_per_request": *runs as f64 / s.requests.max(1.0),
-                        "runs_per_connection": *runs as f64 / (s.connections.max(1) as f64),
-                        "ns_per_run": if *runs > 0 { *ns as f64 / *runs as f64 } else { 0.0 },
-                        "ns_per_connection": *ns as f64 / (s.connections.max(1) as f64),
-                    })
-                })
-                .collect()
-        });
+    // Per program, from the timed run: runs per request and per connection,
+    // ns per run.
+    let s = costs;
+    let programs: Vec<Value> = s
+        .programs
+        .iter()
+        .map(|(name, runs, ns)| {
+            json!({
+                "program": name,
+                "runs_per_request": *runs as f64 / s.requests.max(1.0),
+                "runs_per_connection": *runs as f64 / (s.connections.max(1) as f64),
+                "ns_per_run": if *runs > 0 { *ns as f64 / *runs as f64 } else { 0.0 },
+                "ns_per_connection": *ns as f64 / (s.connections.max(1) as f64),
+            })
+        })
+        .collect();
+    let mut round_ratios = ratios(o, &|s| s.rps);
+    round_ratios.sort_by(f64::total_cmp);
     let events = med(o, &|s| s.events as f64);
     let obs_cpu = med(o, &|s| s.tool_cpu_s);
     let server_b = per_req(b, &|s| s.server_cpu_s);
@@ -107,8 +112,10 @@ pub fn summarize_workload(name: &str, rounds: u32, samples: &[(Mode, u32, Sample
         "observer_cpu_us_per_request": per_req(o, &|s| s.tool_cpu_s),
         "connections_per_s": med(o, &|s| s.connections as f64 / s.seconds),
         "observer_cpu_us_per_connection": per_conn(&|s| s.tool_cpu_s * 1e6),
-        "ebpf_us_per_connection": per_conn(&|s| s.ebpf_ns as f64 / 1e3),
-        "ebpf_us_per_request": per_req(o, &|s| s.ebpf_ns as f64 / 1e9),
+        "ebpf_us_per_connection": costs.ebpf_ns as f64 / 1e3 / costs.connections.max(1) as f64,
+        "ebpf_us_per_request": costs.ebpf_ns as f64 / 1e3 / costs.requests.max(1.0),
+        "timed_rps": costs.rps,
+        "round_ratios": round_ratios,
         "otlp_bytes_per_s": med(o, &|s| s.otlp_bytes as f64 / s.seconds),
         "scrapes": med(o, &|s| s.scrapes as f64),
         "programs": programs,
@@ -152,6 +159,28 @@ fn today() -> String {
 
 fn f(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or(0.0)
+}
+
+/// The per-round ratios' lower quartile, median and upper quartile (the
+/// spread a single ratio carries on this machine); "-" for runs that did not
+/// keep them.
+fn quartiles(r: &Value) -> String {
+    let Some(v) = r["round_ratios"].as_array() else {
+        return "-".into();
+    };
+    let mut v: Vec<f64> = v.iter().filter_map(Value::as_f64).collect();
+    if v.is_empty() {
+        return "-".into();
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "{:.3} / {:.3} / {:.3} (n={})",
+        at(0.25),
+        at(0.5),
+        at(0.75),
+        v.len()
+    )
 }
 
 fn mib(v: &Value, k: &str) -> String {
@@ -232,15 +261,26 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
         ));
     }
     md.push('\n');
-    md.push_str("| workload | baseline req/s | observer req/s | ratio | p50 ratio | p99 ratio | server CPU/req ratio | observer CPU µs/req | observer CPU s/1000 events | events/s | dropped | observer peak RSS MiB | bpftrace req/s | bpftrace ratio | bpftrace CPU µs/req |\n");
-    md.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    md.push_str("| workload | baseline req/s | observer req/s | ratio | per-round ratios: quartiles | p50 ratio | p99 ratio | server CPU/req ratio | observer CPU µs/req | observer CPU s/1000 events | events/s | dropped | observer peak RSS MiB | bpftrace req/s | bpftrace ratio | bpftrace CPU µs/req |\n");
+    md.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
+        let peer = if f(r, "peer_rps") > 0.0 {
+            format!(
+                "{:.0} | {:.3} | {:.2}",
+                f(r, "peer_rps"),
+                f(r, "peer_ratio"),
+                f(r, "peer_cpu_us_per_request")
+            )
+        } else {
+            "not run | | ".to_owned()
+        };
         md.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.4} | {:.0} | {} | {} | {:.0} | {:.3} | {:.2} |\n",
+            "| {} | {:.0} | {:.0} | {:.3} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {:.4} | {:.0} | {} | {} | {} |\n",
             r["name"].as_str().unwrap_or(""),
             f(r, "baseline_rps"),
             f(r, "observed_rps"),
             f(r, "ratio"),
+            quartiles(r),
             f(r, "p50_ratio"),
             f(r, "p99_ratio"),
             f(r, "server_cpu_ratio"),
@@ -249,12 +289,10 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
             f(r, "events_per_s"),
             r["dropped"],
             mib(r, "observer_peak_rss_bytes"),
-            f(r, "peer_rps"),
-            f(r, "peer_ratio"),
-            f(r, "peer_cpu_us_per_request"),
+            peer,
         ));
     }
-    md.push_str("\n### Per connection and per request (observer side)\n\nConnections count both ends (each loopback connection is two sockets). eBPF: the run time of all the observer's programs together (kernel.bpf_stats_enabled, which adds about 20-30 ns to each program run). OTLP: what the receiver read during the load.\n\n");
+    md.push_str("\n### Per connection and per request (observer side)\n\nConnections count both ends (each loopback connection is two sockets). eBPF: the run time of all the observer's programs together, from one more observer run after the compared rounds with kernel.bpf_stats_enabled on (it adds about 20-30 ns to each program run, so it is off in the compared rounds). OTLP: what the receiver read during the load.\n\n");
     md.push_str("| workload | mode | connections/s | observer CPU µs/connection | eBPF µs/connection | eBPF µs/request | OTLP KiB/s | scrapes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
         md.push_str(&format!(
@@ -269,7 +307,7 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
             f(r, "scrapes"),
         ));
     }
-    md.push_str("\nPer eBPF program (the observer round with the most requests): ns per run × runs per connection (runs per request).\n\n");
+    md.push_str("\nPer eBPF program (the timed run): ns per run × runs per connection (runs per request).\n\n");
     for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
         let Some(ps) = r["programs"].as_array() else {
             continue;
