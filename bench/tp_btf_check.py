@@ -64,7 +64,8 @@ pfd = r
 a = bytearray(256); struct.pack_into('<QI', a, 0, 0, pfd)
 r, e = bpf(17, bytes(a))
 print('tp_btf attach:', r, os.strerror(e) if r < 0 else 'ok')
-if r >= 0: os.close(r)
+if r < 0: sys.exit(1)
+os.close(r)
 os.close(pfd)
 
 # --- sk_storage map (needs BTF for key and value) and bpf_sk_storage_get from tp_btf
@@ -96,3 +97,4 @@ if r < 0: print(log.value.decode()[-3000:]); sys.exit(1)
 a = bytearray(256); struct.pack_into('<QI', a, 0, 0, r)
 l, e = bpf(17, bytes(a))
 print('attach:', l, os.strerror(e) if l < 0 else 'ok')
+sys.exit(1 if l < 0 else 0)
