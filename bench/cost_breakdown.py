@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +33,7 @@ PORTS = {"http": 18180, "https": 18543}
 
 # Symbols that exist on the request path only while the observer's programs
 # are attached (kernel 6.18 names; a kernel that inlines one of them moves its
-# samples into its caller, which then shows under "rest").
+# samples into its caller, which is not counted: the figures are then low).
 GROUPS = [
     ("tracepoint dispatch", r"^(bpf_trace_run\d|call_trace_sock_|__bpf_trace_sock_)"),
     ("cgroup_skb dispatch", r"^(__cgroup_bpf_run_filter_skb|__bpf_prog_run_save_cb)$"),
@@ -87,9 +88,10 @@ def start_observer():
     for line in p.stderr:
         if line.startswith("ready"):
             # Keep reading stderr so the observer never blocks on it.
-            subprocess.Popen(["cat"], stdin=p.stderr, stdout=subprocess.DEVNULL)
+            threading.Thread(target=p.stderr.read, daemon=True).start()
             return p
-    sys.exit("cost_breakdown: the observer exited before it was ready")
+    p.wait()
+    sys.exit(f"cost_breakdown: the observer exited (status {p.returncode}) before it was ready")
 
 
 def stop(p):
@@ -102,10 +104,12 @@ def measure(url, secs, out):
     wrk = subprocess.Popen(["wrk", "-t1", "-c16", f"-d{secs + 2}s", url],
                            stdout=subprocess.PIPE, text=True)
     time.sleep(1)
-    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-a", "-o", out,
-                    "--", "sleep", str(secs)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    perf = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-a",
+                           "-o", out, "--", "sleep", str(secs)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     text = wrk.communicate()[0]
+    if perf.returncode != 0:
+        sys.exit(f"cost_breakdown: perf record failed: {perf.stderr.strip()}")
     m = re.search(r"Requests/sec:\s+([\d.]+)", text)
     if not m:
         sys.exit(f"cost_breakdown: wrk printed no rate:\n{text}")
@@ -114,9 +118,11 @@ def measure(url, secs, out):
 
 def symbols(data):
     """Sampled time (ns) per symbol."""
-    out = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym",
-                          "-g", "none", "-F", "period,sym"],
-                         capture_output=True, text=True, check=True).stdout
+    r = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym",
+                        "-g", "none", "-F", "period,sym"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"cost_breakdown: perf report failed: {r.stderr.strip()}")
+    out = r.stdout
     per = {}
     for line in out.splitlines():
         f = line.split()
@@ -133,6 +139,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=4)
     ap.add_argument("--scheme", choices=["https", "http"], default="https")
     a = ap.parse_args()
+    if a.pairs < 1 or a.seconds < 1:
+        ap.error("--pairs and --seconds must be at least 1")
     if os.geteuid() != 0:
         sys.exit("cost_breakdown: run as root (perf -a and the observer need it)")
     for t in ("nginx", "wrk", "perf", "openssl", "curl"):
@@ -150,9 +158,12 @@ def main():
             for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
                 obs = start_observer() if mode == "on" else None
                 data = f"{d}/{mode}.data"
-                rps = measure(url, a.seconds, data)
-                if obs:
-                    stop(obs)
+                try:
+                    rps = measure(url, a.seconds, data)
+                finally:
+                    # Never leave an observer running behind a failed measurement.
+                    if obs:
+                        stop(obs)
                 runs[mode] = (rps, symbols(data))
             requests = {m: rps * a.seconds for m, (rps, _) in runs.items()}
             cpu = {m: sum(s.values()) / requests[m] for m, (_, s) in runs.items()}

@@ -26,7 +26,7 @@ ATTACH_CGROUP_INET_EGRESS, ATTACH_CGROUP_SOCK_OPS = 1, 3
 MAP_ARRAY = 2
 HELPER_MAP_LOOKUP, HELPER_PID_TGID, HELPER_CB_FLAGS_SET = 1, 14, 59
 SKB_LOCAL_PORT = 136  # offsetof(struct __sk_buff, local_port), host order
-PORT = 47311
+OPS_LOCAL_PORT = 68  # offsetof(struct bpf_sock_ops, local_port), host order
 KEEP = []
 
 
@@ -149,26 +149,36 @@ def main():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
-    # The client is a child that waits until the programs are in.
+    server.settimeout(10)
+    # The client's port is chosen here (any free one), so the programs can
+    # pick its packets out; the client is a child that waits until they are in.
+    client = socket.socket()
+    client.bind(("127.0.0.1", 0))
+    port = client.getsockname()[1]
     go_r, go_w = os.pipe()
     child = os.fork()
     if child == 0:
-        os.read(go_r, 1)
-        c = socket.socket()
-        c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        c.bind(("127.0.0.1", PORT))
-        c.connect(server.getsockname())
-        c.sendall(b"x" * 100)
-        c.close()
-        os._exit(0)
+        status = 1
+        try:
+            os.close(go_w)
+            # Nothing to read: the parent gave up before the programs were in.
+            if os.read(go_r, 1):
+                client.connect(server.getsockname())
+                client.sendall(b"x" * 100)
+                client.close()
+                status = 0
+        finally:
+            os._exit(status)
+    client.close()
+    os.close(go_r)
 
-    # 1. cgroup_skb egress: packets from local port PORT; slot 0 counts them,
+    # 1. cgroup_skb egress: packets from the client's port; slot 0 counts them,
     # slot 1 those sent with the child as the current process.
     skb_map = map_create()
     asm = Asm()
     asm.i(0xBF, 6, 1)  # r6 = ctx
     asm.i(0x61, 2, 6, SKB_LOCAL_PORT)  # r2 = skb->local_port
-    asm.i(0x55, 2, 0, "out", PORT)  # if r2 != PORT goto out
+    asm.i(0x55, 2, 0, "out", port)  # if r2 != port goto out
     asm.i(0x85, 0, 0, 0, HELPER_PID_TGID)
     asm.i(0xBF, 7, 0)  # r7 = pid_tgid
     asm.i(0x77, 7, 0, 0, 32)  # r7 >>= 32: tgid
@@ -182,13 +192,13 @@ def main():
     print("cgroup_skb egress calling bpf_get_current_pid_tgid: loads")
     link_cgroup(skb, cg, ATTACH_CGROUP_INET_EGRESS, "cgroup_skb egress")
 
-    # 2. sock_ops: count callbacks of sockets on local port PORT and call
+    # 2. sock_ops: count callbacks of the client's socket and call
     # bpf_sock_ops_cb_flags_set(ctx, 0) from them.
     ops_map = map_create()
     asm = Asm()
     asm.i(0xBF, 6, 1)  # r6 = ctx
-    asm.i(0x61, 2, 6, 68)  # r2 = skops->local_port (offsetof 68, host order)
-    asm.i(0x55, 2, 0, "out", PORT)
+    asm.i(0x61, 2, 6, OPS_LOCAL_PORT)  # r2 = skops->local_port
+    asm.i(0x55, 2, 0, "out", port)
     bump(asm, ops_map, 0, "out")
     asm.i(0xBF, 1, 6)
     asm.i(0xB7, 2, 0, 0, 0)
@@ -201,19 +211,24 @@ def main():
     link_cgroup(ops, cg, ATTACH_CGROUP_SOCK_OPS, "sock_ops")
 
     os.write(go_w, b"g")
-    conn, _ = server.accept()
+    try:
+        conn, _ = server.accept()
+    except socket.timeout:
+        sys.exit("the client never connected")
     got = b""
     while len(got) < 100:
         d = conn.recv(4096)
         if not d:
             break
         got += d
-    os.waitpid(child, 0)
+    _, status = os.waitpid(child, 0)
     conn.close()
+    if status != 0 or len(got) != 100:
+        sys.exit(f"the client failed (status {status}, {len(got)} of 100 bytes arrived)")
 
     packets, own = map_get(skb_map, 0), map_get(skb_map, 1)
     callbacks = map_get(ops_map, 0)
-    print(f"client {child}: {packets} egress packets from port {PORT}, {own} of them "
+    print(f"client {child}: {packets} egress packets from port {port}, {own} of them "
           f"with the client as the current process")
     print(f"sock_ops callbacks for the client's socket: {callbacks}")
     ok = packets > 0 and own > 0 and callbacks > 0
