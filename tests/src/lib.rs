@@ -496,6 +496,43 @@ pub fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
+/// Our times (ms) against a client's own clock around each of them: each of
+/// ours at least `floor_ms` (the wait the test injected) and at most the
+/// client's + `slack_ms` (the client's clock starts before and stops after
+/// what we time, but for its rounding); the least disturbed within `tol_ms`
+/// of the client's. One sample cannot be held within a tolerance: a client
+/// scheduled late, or busy in its event loop, reads its clock late (a
+/// Python's TLS first byte once 1.2 ms late, each of Node's three HTTP/2
+/// streams 3.7-15 ms late, both in one CI run).
+pub fn agree_with_clock(
+    who: &str,
+    ours: &[f64],
+    own: &[f64],
+    floor_ms: f64,
+    slack_ms: f64,
+    tol_ms: f64,
+) {
+    assert_eq!(
+        ours.len(),
+        own.len(),
+        "{who}: ours {ours:?}, its own {own:?}"
+    );
+    assert!(!ours.is_empty(), "{who}: no times");
+    for (i, (o, c)) in ours.iter().zip(own).enumerate() {
+        eprintln!("{who} {i}: ours {o:.3} ms, its own {c:.3} ms");
+        assert!(
+            *o >= floor_ms && *o <= c + slack_ms,
+            "{who} {i}: ours {o:.3} ms, the injected wait {floor_ms} ms, its own {c:.3} ms (+{slack_ms})"
+        );
+    }
+    let gaps: Vec<f64> = ours.iter().zip(own).map(|(o, c)| o - c).collect();
+    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
+    assert!(
+        closest <= tol_ms,
+        "{who}: ours - its own: {gaps:?} ms, none within {tol_ms} ms"
+    );
+}
+
 /// The name the kernel gives this process (what `comm` should say).
 pub fn own_comm() -> String {
     std::fs::read_to_string("/proc/self/comm")

@@ -20,6 +20,11 @@ const FIRST_MS: f64 = 150.0;
 /// Tolerance against curl's own clock, for the least disturbed stream (curl's
 /// figures also hold its own wake-up and parsing).
 const TOL_MS: f64 = 2.0;
+/// Tolerance against Node's own clock, for the least disturbed stream: its
+/// 'response' callback comes after libuv's read, nghttp2's parse and a turn
+/// of its event loop (1.0-1.6 ms after the bytes' arrival here, at least
+/// 3.7 ms on a slower CI machine).
+const NODE_TOL_MS: f64 = 5.0;
 
 fn ms_of(v: &Value) -> f64 {
     ms(v.as_u64()
@@ -113,28 +118,20 @@ fn curl_h2(warm: &str, urls: &[String]) -> Vec<(u64, String, f64)> {
         .collect()
 }
 
-/// Per stream: the client's time to first byte by us at least the backend's
-/// wait and at most the client's own (`own_ms`) + TOL_MS, the server's
-/// inside it; the least disturbed stream's within `tol` ms of the client's.
+/// Per stream: the client's time to first byte by us held against the
+/// client's own clock (`agree_with_clock`: at least the backend's wait, at
+/// most its own + TOL_MS, the least disturbed within `tol` ms), the
+/// server's inside ours.
 fn times_agree(who: &str, pairs: &[(&Value, &Value)], own_ms: &[f64], tol: f64) {
-    assert_eq!(pairs.len(), own_ms.len(), "{who}");
-    let mut gaps = Vec::new();
-    for (i, ((c, s), own)) in pairs.iter().zip(own_ms).enumerate() {
-        let ours = ms_of(&c["ttfb_ns"]);
-        eprintln!("{who} stream {i}: ours {ours:.3} ms, its own {own:.3} ms");
-        assert!(
-            ours >= FIRST_MS && ours <= own + TOL_MS,
-            "{who} stream {i}: ours {ours:.3} ms, the backend's wait {FIRST_MS} ms, its own {own:.3} ms"
-        );
-        gaps.push(ours - own);
+    let ours: Vec<f64> = pairs.iter().map(|(c, _)| ms_of(&c["ttfb_ns"])).collect();
+    agree_with_clock(who, &ours, own_ms, FIRST_MS, TOL_MS, tol);
+    for (i, ((_, s), ours)) in pairs.iter().zip(&ours).enumerate() {
         let served = ms_of(&s["ttfb_ns"]);
         assert!(
-            served >= FIRST_MS && served <= ours,
+            served >= FIRST_MS && served <= *ours,
             "{who} stream {i}: the server {served:.3} ms, the client by us {ours:.3} ms"
         );
     }
-    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
-    assert!(closest <= tol, "{who}: ours - its own: {gaps:?} ms");
 }
 
 /// curl with three URLs on one h2 connection through nginx: three streams
@@ -194,9 +191,12 @@ fn curl_streams_through_nginx_h2_against_curls_clock() {
 }
 
 /// Node's http2 module over cleartext h2 (prior knowledge) through nginx:
-/// the packet programs' copies, not a TLS library's, on both sides. Three
+/// the packet programs' copies, not a TLS library's, on both sides. Six
 /// streams each way, with the times of node's own clock (which also holds
-/// its event loop's turn: 1-6 ms seen) bounding ours.
+/// its event loop's turn: 1.0-1.6 ms on later streams, 9-20 ms on its
+/// first, on a quiet machine or with both CPUs spinning; 3.7-15 ms on all
+/// of three streams in one CI run) bounding ours, the least disturbed
+/// within NODE_TOL_MS.
 #[test]
 fn node_http2_cleartext_through_nginx() {
     let Some(_serial) = begin("http2_node_h2c", &["openssl", "python3", "nginx", "node"]) else {
@@ -205,20 +205,22 @@ fn node_http2_cleartext_through_nginx() {
     let f = front();
     let plain = f.plain;
     let w = Watch::start(&["--port", &plain.to_string()]);
+    let paths = ["/a", "/b?x=1", "/c", "/d", "/e?y=2", "/f"];
     let own = run_json_lines(
         Command::new("node")
             .arg(helper("h2_client.js"))
             .arg(format!("http://127.0.0.1:{plain}"))
-            .args(["/a", "/b?x=1", "/c"]),
+            .args(paths),
     );
     let out = w.stop();
-    assert_eq!(own.len(), 3, "{own:?}");
-    let pairs = both_sides(&out, &own[0]["local_port"], 3);
+    assert_eq!(own.len(), paths.len(), "{own:?}");
+    let pairs = both_sides(&out, &own[0]["local_port"], paths.len());
     for (i, (&(c, s), o)) in pairs.iter().zip(&own).enumerate() {
+        let path = paths[i].split('?').next().unwrap();
         for x in [c, s] {
             is_stream(x, &o["stream_id"], Some(i + 1));
             assert_eq!(x["method"], "GET");
-            assert_eq!(x["path"], ["/a", "/b", "/c"][i]);
+            assert_eq!(x["path"], path);
             assert_eq!(x["status"], o["status"]);
             assert_eq!(x["headers_undecodable"], false);
         }
@@ -227,7 +229,7 @@ fn node_http2_cleartext_through_nginx() {
         assert_eq!(s["comm"], "nginx");
     }
     let nodes: Vec<f64> = own.iter().map(|o| o["ttfb_ms"].as_f64().unwrap()).collect();
-    times_agree("node", &pairs, &nodes, TOL_MS);
+    times_agree("node", &pairs, &nodes, NODE_TOL_MS);
 }
 
 /// A server of the tests' own (Node's http2, cleartext) that resets a stream
@@ -613,7 +615,7 @@ fn openai_sdk_over_http2_through_nginx() {
     );
     let out = w.stop();
     assert_eq!(own.len(), 3, "{own:?}");
-    let (mut ttfb_gaps, mut ttft_gaps) = (Vec::new(), Vec::new());
+    let (mut ttfbs, mut ttfts) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     for (o, model) in own.iter().zip(["h2-a", "h2-b", "h2-c"]) {
         let r: Vec<&Value> = out
             .requests
@@ -646,17 +648,10 @@ fn openai_sdk_over_http2_through_nginx() {
             o["ttfb_ms"].as_f64().unwrap(),
             o["ttft_ms"].as_f64().unwrap(),
         );
-        eprintln!("{model}: ttfb ours {ttfb:.3} / the SDK's {own_ttfb:.3} ms, first token ours {ttft:.3} / {own_ttft:.3} ms");
-        assert!(
-            ttfb >= FIRST_MS && ttfb <= own_ttfb + TOL_MS,
-            "{model}: {ttfb} vs {own_ttfb}"
-        );
-        assert!(
-            ttft >= FIRST_MS && ttft <= own_ttft + TOL_MS,
-            "{model}: {ttft} vs {own_ttft}"
-        );
-        ttfb_gaps.push(own_ttfb - ttfb);
-        ttft_gaps.push(own_ttft - ttft);
+        ttfbs.0.push(ttfb);
+        ttfbs.1.push(own_ttfb);
+        ttfts.0.push(ttft);
+        ttfts.1.push(own_ttft);
         let served = r
             .iter()
             .find(|x| x["direction"] == "inbound" && x["protocol"] == "h2")
@@ -668,8 +663,7 @@ fn openai_sdk_over_http2_through_nginx() {
     // pure-Python h2 and SSE decoding (3.3-6 ms seen on a quiet machine; the
     // first call also its connection's set-up): the closest call must agree
     // within 10 ms.
-    for (what, gaps) in [("first byte", &ttfb_gaps), ("first token", &ttft_gaps)] {
-        let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
-        assert!(closest <= 10.0, "{what}: the SDK's - ours: {gaps:?} ms");
+    for (what, (ours, own)) in [("SDK first byte", &ttfbs), ("SDK first token", &ttfts)] {
+        agree_with_clock(what, ours, own, FIRST_MS, TOL_MS, 10.0);
     }
 }

@@ -187,13 +187,6 @@ fn check_traces(rec: &Received, server: &HelperServer, runs: &[(u32, Vec<f64>)])
     );
 }
 
-fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
-    assert!(
-        (got - want).abs() <= tol,
-        "{what}: {got:.3} ms, the client's {want:.3} ms"
-    );
-}
-
 /// What curl's printed times (µs) lose to rounding, two of them in a
 /// difference, and to its clock (CLOCK_MONOTONIC_RAW: NTP's rate correction,
 /// at most 500 ppm, is 0.15 ms over 300 ms).
@@ -433,17 +426,23 @@ fn tls_phases_match_the_clients_own_timings() {
         .split_whitespace()
         .map(|x| x.parse::<f64>().unwrap() * 1e3)
         .collect();
-    let py = Command::new("python3")
-        .arg(helper("tls_client.py"))
-        .args([
-            "--port",
-            &server.port.to_string(),
-            "--servername",
-            "py.test",
-        ])
-        .output()
-        .unwrap();
-    let py: Value = serde_json::from_slice(&py.stdout).unwrap();
+    // Three Python processes, a connection each: one's clock alone can run
+    // late (see below).
+    let pys: Vec<Value> = (0..3)
+        .map(|_| {
+            let py = Command::new("python3")
+                .arg(helper("tls_client.py"))
+                .args([
+                    "--port",
+                    &server.port.to_string(),
+                    "--servername",
+                    "py.test",
+                ])
+                .output()
+                .unwrap();
+            serde_json::from_slice(&py.stdout).unwrap()
+        })
+        .collect();
     run.stop();
 
     let (res, root, children) = trace_of(&rec, curl_pid);
@@ -486,27 +485,31 @@ fn tls_phases_match_the_clients_own_timings() {
         ms_of(wait)
     );
 
-    let py_pid = u32::try_from(py["pid"].as_u64().unwrap()).unwrap();
-    let (res, root, children) = trace_of(&rec, py_pid);
-    assert_eq!(
-        attr_str(&res, "process.executable.name")
-            .as_deref()
-            .map(|n| n.starts_with("python")),
-        Some(true)
-    );
-    assert_eq!(root.name, format!("tcp py.test:{}", server.port));
-    assert_near(
-        "python TLS span",
-        ms_of(named(&children, "TLS client handshake py.test")),
-        py["handshake_ms"].as_f64().unwrap(),
-        1.0,
-    );
-    assert_near(
-        "python first byte span",
-        ms_of(named(&children, "wait first byte")),
-        py["ttfb_ms"][0].as_f64().unwrap(),
-        1.0,
-    );
+    // Python's clock runs from TCP connected to wrap_socket's return, and
+    // from before its request to after its first read: the TLS span (from
+    // the connection's establishment, a little before) within 1 ms of it
+    // and the first byte span inside it; the least disturbed process's
+    // within 1 ms of both (one's first byte once came out 1.2 ms under it
+    // in a CI run, the client scheduled late).
+    let (mut ours, mut own) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for py in &pys {
+        let py_pid = u32::try_from(py["pid"].as_u64().unwrap()).unwrap();
+        let (res, root, children) = trace_of(&rec, py_pid);
+        assert_eq!(
+            attr_str(&res, "process.executable.name")
+                .as_deref()
+                .map(|n| n.starts_with("python")),
+            Some(true)
+        );
+        assert_eq!(root.name, format!("tcp py.test:{}", server.port));
+        ours.0
+            .push(ms_of(named(&children, "TLS client handshake py.test")));
+        own.0.push(py["handshake_ms"].as_f64().unwrap());
+        ours.1.push(ms_of(named(&children, "wait first byte")));
+        own.1.push(py["ttfb_ms"][0].as_f64().unwrap());
+    }
+    agree_with_clock("python TLS span", &ours.0, &own.0, 100.0, 1.0, 1.0);
+    agree_with_clock("python first byte span", &ours.1, &own.1, 200.0, 0.1, 1.0);
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -920,29 +923,51 @@ fn llm_calls_as_traces() {
         int_of(client, "gen_ai.usage.input_tokens"),
         (c[0]["body_len"].as_u64().unwrap() % 1000) as i64
     );
-    let ttfc = match a(client, "gen_ai.response.time_to_first_chunk").and_then(|kv| kv.value?.value)
+    // Both calls' times against the client's clock: at least the server's
+    // 120 ms wait, at most the client's + 2 ms, the least disturbed call's
+    // within 2 ms (one call's client clock can run late on its own).
+    let other = spans
+        .iter()
+        .find(|s| s.name == "chat tiny-u" && s.kind == SpanKind::Client as i32)
+        .unwrap_or_else(|| panic!("no client span chat tiny-u: {spans:#?}"));
+    let ttfc_of = |s: &Span| match a(s, "gen_ai.response.time_to_first_chunk")
+        .and_then(|kv| kv.value?.value)
     {
         Some(AnyV::DoubleValue(v)) => v * 1000.0,
         other => panic!("time_to_first_chunk: {other:?}"),
     };
-    assert_near(
+    let wait_of = |call: &Span| -> &Span {
+        let wait: Vec<&Span> = spans
+            .iter()
+            .filter(|s| s.parent_span_id == call.span_id && s.name == "wait first byte")
+            .collect();
+        assert_eq!(wait.len(), 1, "{}: {spans:#?}", call.name);
+        wait[0]
+    };
+    let waited_of = |call: &Span| {
+        let w = wait_of(call);
+        (w.end_time_unix_nano - w.start_time_unix_nano) as f64 / 1e6
+    };
+    assert_eq!(c.len(), 2, "one line per call: {c:?}");
+    let own = |k: &str| -> Vec<f64> { c.iter().map(|x| x[k].as_f64().unwrap()).collect() };
+    agree_with_clock(
         "time to first chunk",
-        ttfc,
-        c[0]["ttft_ms"].as_f64().unwrap(),
+        &[ttfc_of(client), ttfc_of(other)],
+        &own("ttft_ms"),
+        120.0,
+        2.0,
         2.0,
     );
-    let wait: Vec<&Span> = spans
-        .iter()
-        .filter(|s| s.parent_span_id == client.span_id && s.name == "wait first byte")
-        .collect();
-    assert_eq!(wait.len(), 1);
-    let waited = (wait[0].end_time_unix_nano - wait[0].start_time_unix_nano) as f64 / 1e6;
-    assert_near(
+    let waited = waited_of(client);
+    agree_with_clock(
         "wait first byte",
-        waited,
-        c[0]["ttfb_ms"].as_f64().unwrap(),
+        &[waited, waited_of(other)],
+        &own("ttfb_ms"),
+        120.0,
+        2.0,
         2.0,
     );
+    let wait = [wait_of(client)];
     // The server's span starts inside the client's (its end is its last
     // write's return, which a busy CPU delays past the client's last read:
     // 5.5 ms once), and its wait for the answer holds the injected 120 ms

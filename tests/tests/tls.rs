@@ -32,16 +32,9 @@ fn ms_of(v: &Value) -> f64 {
         .unwrap_or_else(|| panic!("not a number of ns: {v}")))
 }
 
-fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
-    assert!(
-        (got - want).abs() <= tol,
-        "{what}: {got:.3} ms, want {want:.3} ± {tol} ms"
-    );
-}
-
 /// A handshake with `delay` injected: at least the delay. Its upper bound
 /// is a clock around it: the client's own (`assert_handshake_end`,
-/// `agrees_with_client`), or for a server or a client that prints no time,
+/// `handshakes_agree`), or for a server or a client that prints no time,
 /// what encloses it. A bound from the injected delay plus a handshake's
 /// usual cost (3 ms before) failed under load: over 11 runs of this file,
 /// handshakes took up to 19 ms more than that with other builds running or a
@@ -92,29 +85,71 @@ fn server_side<'a>(w: &'a Watched, client_port: &Value) -> &'a Value {
         .unwrap_or_else(|| panic!("no server record for port {client_port}: {:#?}", w.records))
 }
 
-/// A client's `tls` object against its own timers (`handshake_ms` from TCP
-/// connected, `ttfb_ms[0]`) within `tol` ms, and against the injected delays.
-fn agrees_with_client(who: &str, tls: &Value, client: &Value, tol: f64) {
-    handshake_agrees(who, tls, client, tol);
-    let ttfb = ms_of(&tls["ttfb_ns"]);
-    let own_ttfb = client["ttfb_ms"][0].as_f64().unwrap();
-    assert_near(&format!("{who} first byte"), ttfb, own_ttfb, tol);
-    assert_delay(&format!("{who} first byte"), ttfb, ANSWER_MS);
+/// Python clients' handshakes (one `tls_client.py` line per connection, our
+/// record of each) against the client's own clock: on each, the handshake
+/// calls lie inside it (`setup_ns` starts at the connection's
+/// establishment, before the client's clock: not counted) and hold the
+/// injected delay; on the least disturbed, setup + handshake within `tol`
+/// ms of the client's. One connection cannot be held to that: one came out
+/// 4 ms under the client's clock with both CPUs busy (the client scheduled
+/// late after the call returned); undisturbed, -0.02..0.41 ms.
+fn handshakes_agree(who: &str, records: &[&Value], clients: &[Value], tol: f64) {
+    assert_eq!(records.len(), clients.len());
+    let mut gaps = Vec::new();
+    for (r, c) in records.iter().zip(clients) {
+        let tls = &r["tls"];
+        let hs = ms_of(&tls["handshake_ns"]);
+        let own = c["handshake_ms"].as_f64().unwrap();
+        assert_handshake(&format!("{who} handshake"), hs, HS_MS);
+        assert!(
+            hs <= own + 0.1,
+            "{who}: handshake {hs:.3} ms, the client's {own:.3} ms"
+        );
+        gaps.push(hs + ms_of(&tls["setup_ns"]) - own);
+    }
+    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
+    assert!(
+        closest <= tol,
+        "{who}: setup + handshake minus the client's: {gaps:?} ms, none within {tol} ms"
+    );
 }
 
-/// The handshake alone, against the client's `handshake_ms` within `tol`
-/// (a Python client's, from TCP connected to wrap_socket's return, differed
-/// from ours by -0.02..0.41 ms over 6 runs, half with a CPU spinning).
-fn handshake_agrees(who: &str, tls: &Value, client: &Value, tol: f64) {
-    let hs = ms_of(&tls["handshake_ns"]);
-    let own_hs = client["handshake_ms"].as_f64().unwrap();
-    assert_near(
-        &format!("{who} setup + handshake"),
-        hs + ms_of(&tls["setup_ns"]),
-        own_hs,
+/// Python clients' connections against the client's own clock, returning
+/// our records of them: their handshakes (`handshakes_agree`) and first
+/// bytes (`agree_with_clock`: at least the injected wait, inside the
+/// client's clock, the least disturbed within `tol` ms; one connection's
+/// came out 1.2 ms under the client's in a CI run).
+fn python_connections_agree<'a>(
+    who: &str,
+    out: &'a Watched,
+    clients: &[Value],
+    tol: f64,
+) -> Vec<&'a Value> {
+    let records: Vec<&Value> = clients
+        .iter()
+        .map(|c| only(out, "local_port", &c["local_port"]))
+        .collect();
+    for r in &records {
+        assert_eq!(r["tls"]["ttfb_source"], "plaintext", "{r:#}");
+    }
+    handshakes_agree(who, &records, clients, tol);
+    let ours: Vec<f64> = records
+        .iter()
+        .map(|r| ms_of(&r["tls"]["ttfb_ns"]))
+        .collect();
+    let own: Vec<f64> = clients
+        .iter()
+        .map(|c| c["ttfb_ms"][0].as_f64().unwrap())
+        .collect();
+    agree_with_clock(
+        &format!("{who} first byte"),
+        &ours,
+        &own,
+        f64::from(ANSWER_MS),
+        0.1,
         tol,
     );
-    assert_handshake(&format!("{who} handshake"), hs, HS_MS);
+    records
 }
 
 fn uprobe_events_of(observer_pid: u32) -> Vec<String> {
@@ -166,6 +201,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         "uprobe events left behind: {:?}",
         uprobe_events_of(observer)
     );
+    let (mut ttfbs, mut waits) = (Vec::new(), Vec::new());
     for t in &runs {
         let (app, start, lport, lookup) = (t[1] * 1e3, t[2] * 1e3, t[3] as u64, t[4] * 1e3);
         let r = only(&out, "local_port", &json!(lport));
@@ -179,12 +215,13 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         assert_eq!(tls["plaintext_received"], RESPONSE_LEN);
         // curl's own clock: its connect begins after time_namelookup and
         // appconnect is read after the handshake (two µs roundings);
-        // starttransfer - appconnect is the wait for the answer.
+        // starttransfer - appconnect is the wait for the answer (held
+        // against ours below, over the three runs).
         let hs = ms_of(&tls["handshake_ns"]);
         assert_handshake_end("curl", r, app - lookup, 0.002);
-        assert_near("curl first byte", ms_of(&tls["ttfb_ns"]), start - app, 1.0);
         assert_handshake("curl handshake", hs, HS_MS);
-        assert_delay("curl first byte", ms_of(&tls["ttfb_ns"]), ANSWER_MS);
+        ttfbs.push(ms_of(&tls["ttfb_ns"]));
+        waits.push(start - app);
         // The server's side of the same connection.
         let s = server_side(&out, &json!(lport));
         assert_eq!(s["pid"], server.pid());
@@ -216,6 +253,17 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         );
         assert_eq!(stls["setup_ns"], Value::Null);
     }
+    // curl's wait: read after the handshake and after the first byte (µs
+    // roundings): at least the injected wait, the least disturbed run's
+    // within 1 ms of ours.
+    agree_with_clock(
+        "curl first byte",
+        &ttfbs,
+        &waits,
+        f64::from(ANSWER_MS),
+        0.002,
+        1.0,
+    );
     let summary = out.summary();
     assert_eq!(summary["tls_insert_failed"], 0);
     let files = summary["tls"]["files"].as_array().unwrap();
@@ -244,8 +292,18 @@ fn python_node_and_gnutls_clients() {
     let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let port = server.port.to_string();
     let w = Watch::start(&["--port", &port]);
-    // Python: three requests on one keep-alive connection.
-    let py = python_client(server.port, &["--servername", "py.test", "--requests", "3"]);
+    // Python: three connections, three requests on each.
+    let py = python_client(
+        server.port,
+        &[
+            "--servername",
+            "py.test",
+            "--connections",
+            "3",
+            "--requests",
+            "3",
+        ],
+    );
     let node = run_json_lines(
         Command::new("node")
             .arg(helper("tls_client.js"))
@@ -262,19 +320,19 @@ fn python_node_and_gnutls_clients() {
     assert!(wget.success());
     let out = w.stop();
 
-    let p = &py[0];
-    let r = only(&out, "local_port", &p["local_port"]);
-    let tls = &r["tls"];
-    assert_eq!(r["pid"], p["pid"]);
-    assert_eq!(
-        (&tls["library"], &tls["server_name"]),
-        (&json!("openssl"), &json!("py.test"))
-    );
-    assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-    assert_eq!(tls["exchanges"], 3, "three requests on one connection");
-    assert_eq!(tls["plaintext_sent"], p["sent"]);
-    assert_eq!(tls["plaintext_received"], p["received"]);
-    agrees_with_client("python", tls, p, 1.0);
+    assert_eq!(py.len(), 3, "{py:?}");
+    let records = python_connections_agree("python", &out, &py, 1.0);
+    for (r, p) in records.iter().zip(&py) {
+        let tls = &r["tls"];
+        assert_eq!(r["pid"], p["pid"]);
+        assert_eq!(
+            (&tls["library"], &tls["server_name"]),
+            (&json!("openssl"), &json!("py.test"))
+        );
+        assert_eq!(tls["exchanges"], 3, "three requests on one connection");
+        assert_eq!(tls["plaintext_sent"], p["sent"]);
+        assert_eq!(tls["plaintext_received"], p["received"]);
+    }
 
     let n = &node[0];
     let r = only(&out, "pid", &n["pid"]);
@@ -379,7 +437,8 @@ fn client_started_before_the_observer() {
     let go = cert.dir.join("go");
     let mut client = Command::new("python3")
         .arg(helper("tls_client.py"))
-        .args(["--port", &server.port.to_string(), "--wait-for"])
+        .args(["--port", &server.port.to_string(), "--connections", "3"])
+        .arg("--wait-for")
         .arg(&go)
         .stdout(Stdio::piped())
         .spawn()
@@ -388,13 +447,13 @@ fn client_started_before_the_observer() {
     assert_eq!(lines.next().unwrap().unwrap(), "WAITING");
     let w = Watch::start(&["--port", &server.port.to_string()]);
     std::fs::write(&go, b"").unwrap();
-    let result: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let results: Vec<Value> = lines
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
     assert!(client.wait().unwrap().success());
+    assert_eq!(results.len(), 3, "{results:?}");
     let out = w.stop();
-    let r = only(&out, "local_port", &result["local_port"]);
-    let tls = &r["tls"];
-    assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-    agrees_with_client("early python", tls, &result, 1.0);
+    python_connections_agree("early python", &out, &results, 1.0);
 }
 
 #[test]
@@ -456,41 +515,49 @@ fn without_plaintext_probes_times_come_from_the_socket() {
         "--tls-plaintext-probes",
         "off",
     ]);
-    let c = python_client(server.port, &[]);
+    let c = python_client(server.port, &["--connections", "3"]);
     let out = w.stop();
-    let r = only(&out, "local_port", &c[0]["local_port"]);
-    let tls = &r["tls"];
-    // A client's socket would take a TLS 1.3 session ticket for the answer:
-    // no time rather than a wrong one, and the reason counted.
-    assert_eq!(
-        (&tls["ttfb_ns"], &tls["ttfb_source"]),
-        (&Value::Null, &Value::Null),
-        "{r:#}"
-    );
+    assert_eq!(c.len(), 3, "{c:?}");
+    let records: Vec<&Value> = c
+        .iter()
+        .map(|c| only(&out, "local_port", &c["local_port"]))
+        .collect();
+    for r in &records {
+        let tls = &r["tls"];
+        // A client's socket would take a TLS 1.3 session ticket for the
+        // answer: no time rather than a wrong one, and the reason counted.
+        assert_eq!(
+            (&tls["ttfb_ns"], &tls["ttfb_source"]),
+            (&Value::Null, &Value::Null),
+            "{r:#}"
+        );
+        assert_eq!(
+            (
+                &tls["exchanges"],
+                &tls["plaintext_sent"],
+                &tls["plaintext_received"]
+            ),
+            (&Value::Null, &Value::Null, &Value::Null)
+        );
+    }
     assert_eq!(
         out.summary()["tls_first_byte_unmeasured"]["client_socket_only"],
-        1
+        3
     );
-    assert_eq!(
-        (
-            &tls["exchanges"],
-            &tls["plaintext_sent"],
-            &tls["plaintext_received"]
-        ),
-        (&Value::Null, &Value::Null, &Value::Null)
-    );
-    handshake_agrees("python (handshake probes stay)", tls, &c[0], 1.0);
-    let s = server_side(&out, &c[0]["local_port"]);
-    assert_eq!(s["tls"]["ttfb_source"], "socket");
-    // The server read the request after the client sent it and answered
-    // before the client read it: inside the client's wait.
-    let answer = ms_of(&s["tls"]["ttfb_ns"]);
-    assert_delay("server answer from the socket", answer, ANSWER_MS);
-    let client_wait = c[0]["ttfb_ms"][0].as_f64().unwrap();
-    assert!(
-        answer <= client_wait,
-        "server answer {answer:.3} ms, the client's wait {client_wait:.3} ms"
-    );
+    handshakes_agree("python (handshake probes stay)", &records, &c, 1.0);
+    for c in &c {
+        let s = server_side(&out, &c["local_port"]);
+        assert_eq!(s["tls"]["ttfb_source"], "socket");
+        // The server read the request after the client sent it and answered
+        // before the client read it: inside the client's wait.
+        let answer = ms_of(&s["tls"]["ttfb_ns"]);
+        assert_delay("server answer from the socket", answer, ANSWER_MS);
+        let client_wait = c["ttfb_ms"][0].as_f64().unwrap();
+        assert!(
+            answer <= client_wait,
+            "server answer {answer:.3} ms, the client's wait {client_wait:.3} ms"
+        );
+    }
     assert_eq!(out.summary()["tls"]["plaintext_attached_total"], 0);
 }
 
@@ -596,40 +663,7 @@ fn a_library_only_another_mount_namespace_sees() {
             .any(|f| f["path"] == json!(ours) && f["probes"].as_u64() > Some(0)),
         "the namespace's libssl was not probed: {files:#?}"
     );
-    // Each connection's times lie inside the client's own clock around
-    // them and hold the injected delays; the least disturbed must agree
-    // within 1 ms. (One connection once came out 4 ms under the client's
-    // handshake clock with both CPUs busy: the client was scheduled late
-    // after the handshake returned.)
-    let mut gaps = (Vec::new(), Vec::new());
-    for result in &results {
-        let r = only(&out, "local_port", &result["local_port"]);
-        let tls = &r["tls"];
-        assert_eq!(tls["library"], "openssl", "{r:#}");
-        assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
-        let hs = ms_of(&tls["handshake_ns"]);
-        let ours_hs = hs + ms_of(&tls["setup_ns"]);
-        let own_hs = result["handshake_ms"].as_f64().unwrap();
-        assert_handshake("python in its mount namespace handshake", hs, HS_MS);
-        // The handshake calls lie inside the client's clock (setup starts at
-        // the connection's establishment, before the client's clock starts).
-        assert!(
-            hs <= own_hs + 0.1,
-            "handshake {hs:.3} ms, the client's {own_hs:.3} ms"
-        );
-        let ttfb = ms_of(&tls["ttfb_ns"]);
-        let own_ttfb = result["ttfb_ms"][0].as_f64().unwrap();
-        assert_delay("python in its mount namespace first byte", ttfb, ANSWER_MS);
-        assert!(
-            ttfb <= own_ttfb + 0.1,
-            "first byte {ttfb:.3} ms, the client's {own_ttfb:.3} ms"
-        );
-        gaps.0.push(own_hs - ours_hs);
-        gaps.1.push(own_ttfb - ttfb);
+    for r in python_connections_agree("python in its mount namespace", &out, &results, 1.0) {
+        assert_eq!(r["tls"]["library"], "openssl", "{r:#}");
     }
-    let least = |g: &[f64]| g.iter().map(|x| x.abs()).fold(f64::INFINITY, f64::min);
-    assert!(
-        least(&gaps.0) <= 1.0 && least(&gaps.1) <= 1.0,
-        "the client's handshake and first byte minus ours (ms): {gaps:?}"
-    );
 }
