@@ -17,7 +17,8 @@ use tests::*;
 
 /// The backend's wait before each answer.
 const FIRST_MS: f64 = 150.0;
-/// Tolerance against curl's own clock, for the least disturbed stream (curl's
+/// Against a client's own clock: how far ours may pass it (its rounding), and
+/// for curl how far the least disturbed stream's may be from it (curl's
 /// figures also hold its own wake-up and parsing).
 const TOL_MS: f64 = 2.0;
 /// Tolerance against Node's own clock, for the least disturbed stream: its
