@@ -526,11 +526,15 @@ pub fn agree_with_clock(
         );
     }
     let gaps: Vec<f64> = ours.iter().zip(own).map(|(o, c)| o - c).collect();
-    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
     assert!(
-        closest <= tol_ms,
+        closest(&gaps) <= tol_ms,
         "{who}: ours - its own: {gaps:?} ms, none within {tol_ms} ms"
     );
+}
+
+/// The smallest magnitude of `gaps`: the least disturbed sample's.
+pub fn closest(gaps: &[f64]) -> f64 {
+    gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min)
 }
 
 /// The name the kernel gives this process (what `comm` should say).
@@ -779,4 +783,38 @@ fn machine_lock() {
         let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0;
         locked.then_some(f)
     });
+}
+
+#[cfg(test)]
+mod agree_with_clock_tests {
+    use super::agree_with_clock;
+
+    #[test]
+    fn one_close_sample_is_enough() {
+        agree_with_clock("t", &[200.5, 201.0], &[200.6, 205.0], 200.0, 0.1, 1.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "none within")]
+    fn every_sample_off_fails() {
+        agree_with_clock("t", &[200.5, 201.0], &[202.0, 205.0], 200.0, 0.1, 1.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "the injected wait")]
+    fn ours_past_the_clients_clock_fails() {
+        agree_with_clock("t", &[200.5, 203.0], &[200.6, 202.0], 200.0, 0.1, 1.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "the injected wait")]
+    fn ours_under_the_injected_wait_fails() {
+        agree_with_clock("t", &[199.5], &[199.6], 200.0, 0.1, 1.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "no times")]
+    fn no_samples_fail() {
+        agree_with_clock("t", &[], &[], 200.0, 0.1, 1.0);
+    }
 }

@@ -372,7 +372,6 @@ fn connect_and_first_byte_agree_with_curl() {
     // run), the closest of each run's five at most 0.37 ms; curl's TTFB was
     // 0.15 ms shorter to 0.001 ms longer (its pretransfer clock is read
     // after the request is sent).
-    let closest = |g: &[f64]| g.iter().map(|x| x.abs()).fold(f64::INFINITY, f64::min);
     assert!(
         closest(&gaps.0) < 0.001 && closest(&gaps.1) < 0.001,
         "curl's connect and TTFB minus ours, per request (s): {gaps:?}"

@@ -376,9 +376,8 @@ fn on_the_wire(what: &str, ours: f64, injected: f64, client: f64) -> f64 {
 }
 
 fn least_disturbed(what: &str, gaps: &[f64]) {
-    let closest = gaps.iter().map(|g| g.abs()).fold(f64::INFINITY, f64::min);
     assert!(
-        closest <= TOL_MS,
+        closest(gaps) <= TOL_MS,
         "{what}, ours - the client's: {gaps:?} ms"
     );
 }
