@@ -46,6 +46,9 @@ pub const GENAI_DURATION: &str = "gen_ai.client.operation.duration";
 pub const GENAI_TOKENS: &str = "gen_ai.client.token.usage";
 pub const GENAI_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
 pub const GENAI_PER_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
+pub const GENAI_SERVER_DURATION: &str = "gen_ai.server.request.duration";
+pub const GENAI_SERVER_FIRST_TOKEN: &str = "gen_ai.server.time_to_first_token";
+pub const GENAI_SERVER_PER_TOKEN: &str = "gen_ai.server.time_per_output_token";
 pub const RPC_CLIENT: &str = "rpc.client.duration";
 pub const RPC_SERVER: &str = "rpc.server.duration";
 pub const DIAGNOSIS: &str = "observer.diagnosis";
@@ -198,7 +201,22 @@ const DESCRIPTIONS: &[Described] = &[
     Described {
         name: GENAI_PER_CHUNK,
         unit: "s",
-        description: "LLM API streams: mean time between chunks after the first",
+        description: "LLM API streams: mean time between content chunks after the first",
+    },
+    Described {
+        name: GENAI_SERVER_DURATION,
+        unit: "s",
+        description: "LLM API calls an inference server on this host served: request read to answer written",
+    },
+    Described {
+        name: GENAI_SERVER_FIRST_TOKEN,
+        unit: "s",
+        description: "LLM API calls served on this host: request read to the first content written",
+    },
+    Described {
+        name: GENAI_SERVER_PER_TOKEN,
+        unit: "s",
+        description: "LLM API calls served on this host: first content to the last, per output token after the first",
     },
     Described {
         name: DIAGNOSIS,
@@ -385,8 +403,8 @@ impl Metrics {
     }
 
     /// A finished HTTP request: its duration by method, status and server;
-    /// for an LLM API call, the GenAI metrics (client side only: a server's
-    /// view of its own calls is `http.server.request.duration`). The path
+    /// for an LLM API call, the GenAI metrics (the client's, or the
+    /// server's for a call served on this host). The path
     /// only as its template (`http.route` on a server's, `url.template` on a
     /// client's: ids grouped as `{id}`), never the query: series stay
     /// bounded.
@@ -453,9 +471,22 @@ impl Metrics {
             Direction::Inbound => HTTP_SERVER,
         };
         self.observe(metric, l, secs);
-        let (Some(g), Direction::Outbound) = (&r.gen_ai, r.direction) else {
-            return;
-        };
+        if let Some(g) = &r.gen_ai {
+            self.record_gen_ai(r, g, (server, port), error, secs);
+        }
+    }
+
+    /// The GenAI conventions' metrics of an LLM API call: the client's
+    /// (`gen_ai.client.*`) or, for a call an inference server on this host
+    /// served, the server's (`gen_ai.server.*`).
+    fn record_gen_ai(
+        &mut self,
+        r: &crate::http::RequestRecord,
+        g: &crate::http::GenAi,
+        (server, port): (String, u16),
+        error: Option<String>,
+        secs: f64,
+    ) {
         let mut l: Labels = vec![
             ("gen_ai.operation.name", g.operation.into()),
             ("gen_ai.provider.name", g.provider.into()),
@@ -474,6 +505,17 @@ impl Metrics {
             with_error.push(("error.type", e));
             with_error.sort();
         }
+        let ttft = g.time_to_first_token_ns.map(|t| t as f64 / 1e9);
+        if r.direction == Direction::Inbound {
+            self.observe(GENAI_SERVER_DURATION, with_error, secs);
+            if let Some(t) = ttft {
+                self.observe(GENAI_SERVER_FIRST_TOKEN, l.clone(), t);
+            }
+            if let Some(t) = g.time_per_output_token_ns {
+                self.observe(GENAI_SERVER_PER_TOKEN, l, t as f64 / 1e9);
+            }
+            return;
+        }
         self.observe(GENAI_DURATION, with_error, secs);
         for (kind, n) in [("input", g.input_tokens), ("output", g.output_tokens)] {
             if let Some(n) = n {
@@ -483,11 +525,11 @@ impl Metrics {
                 self.observe(GENAI_TOKENS, t, n as f64);
             }
         }
-        if let Some(t) = g.time_to_first_token_ns {
-            self.observe(GENAI_FIRST_CHUNK, l.clone(), t as f64 / 1e9);
+        if let Some(t) = ttft {
+            self.observe(GENAI_FIRST_CHUNK, l.clone(), t);
         }
-        if let Some(gap) = r.stream.as_ref().and_then(|s| s.mean_gap_ns) {
-            self.observe(GENAI_PER_CHUNK, l, gap as f64 / 1e9);
+        if let Some(gaps) = &g.content_gaps {
+            self.observe(GENAI_PER_CHUNK, l, gaps.mean_ns as f64 / 1e9);
         }
     }
 

@@ -480,30 +480,7 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
             Some(m) => format!("{} {m}", g.operation),
             None => g.operation.to_owned(),
         };
-        attrs.push(s("gen_ai.operation.name", g.operation));
-        attrs.push(s("gen_ai.provider.name", g.provider));
-        if let Some(m) = &g.request_model {
-            attrs.push(s("gen_ai.request.model", m.clone()));
-        }
-        if let Some(m) = &g.response_model {
-            attrs.push(s("gen_ai.response.model", m.clone()));
-        }
-        if let Some(n) = g.input_tokens {
-            attrs.push(i("gen_ai.usage.input_tokens", n as i64));
-        }
-        if let Some(n) = g.output_tokens {
-            attrs.push(i("gen_ai.usage.output_tokens", n as i64));
-        }
-        if let Some(reason) = &g.finish_reason {
-            attrs.push(s("gen_ai.response.finish_reasons", reason.clone()));
-        }
-        if let Some(t) = g.time_to_first_token_ns {
-            attrs.push(f("gen_ai.response.time_to_first_chunk", t as f64 / 1e9));
-        }
-        attrs.push(s(
-            "gen_ai.request.stream",
-            if g.stream { "true" } else { "false" },
-        ));
+        gen_ai_attributes(g, &mut attrs);
     }
     // The HTTP conventions: a server's 5xx, a client's 4xx and 5xx are errors.
     let bad_status = r.status.is_some_and(|st| match r.direction {
@@ -642,6 +619,72 @@ pub fn request(
             })
             .collect(),
     }
+}
+
+/// The GenAI conventions' attributes of an LLM API call's span, and ours
+/// for what they do not name (content gaps, per-token time).
+fn gen_ai_attributes(g: &crate::http::GenAi, attrs: &mut Vec<KeyValue>) {
+    attrs.push(s("gen_ai.operation.name", g.operation));
+    attrs.push(s("gen_ai.provider.name", g.provider));
+    if let Some(m) = &g.request_model {
+        attrs.push(s("gen_ai.request.model", m.clone()));
+    }
+    if let Some(m) = &g.response_model {
+        attrs.push(s("gen_ai.response.model", m.clone()));
+    }
+    let counts = [
+        ("gen_ai.usage.input_tokens", g.input_tokens),
+        ("gen_ai.usage.output_tokens", g.output_tokens),
+        (
+            "gen_ai.usage.cache_read.input_tokens",
+            g.cached_input_tokens,
+        ),
+        (
+            "gen_ai.usage.reasoning.output_tokens",
+            g.reasoning_output_tokens,
+        ),
+    ];
+    for (key, n) in counts {
+        if let Some(n) = n {
+            attrs.push(i(key, n as i64));
+        }
+    }
+    if let Some(reason) = &g.finish_reason {
+        attrs.push(s("gen_ai.response.finish_reasons", reason.clone()));
+    }
+    if let Some(t) = g.time_to_first_token_ns {
+        attrs.push(f("gen_ai.response.time_to_first_chunk", t as f64 / 1e9));
+    }
+    attrs.push(i(
+        "observer.gen_ai.content_events",
+        i64::from(g.content_events),
+    ));
+    if let Some(gaps) = &g.content_gaps {
+        for (key, ns) in [
+            ("observer.gen_ai.gap.mean", gaps.mean_ns),
+            ("observer.gen_ai.gap.p50", gaps.p50_ns),
+            ("observer.gen_ai.gap.p99", gaps.p99_ns),
+            ("observer.gen_ai.gap.max", gaps.max_ns),
+        ] {
+            attrs.push(f(key, ns as f64 / 1e9));
+        }
+    }
+    if let Some(t) = g.time_per_output_token_ns {
+        attrs.push(f("observer.gen_ai.time_per_output_token", t as f64 / 1e9));
+    }
+    if let Some(r) = g.output_tokens_per_second {
+        attrs.push(f("observer.gen_ai.output_tokens_per_second", r));
+    }
+    if g.unreadable_events > 0 {
+        attrs.push(i(
+            "observer.gen_ai.unreadable_events",
+            i64::from(g.unreadable_events),
+        ));
+    }
+    attrs.push(s(
+        "gen_ai.request.stream",
+        if g.stream { "true" } else { "false" },
+    ));
 }
 
 #[cfg(test)]

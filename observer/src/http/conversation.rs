@@ -14,7 +14,7 @@ use observer_common::{
 };
 
 use super::{
-    gen_ai::{self, carries_content, Call},
+    gen_ai::{self, Call},
     grpc::Rpc,
     h2::{frame_header, headers_of_request, H2, PREFACE},
     head::{self, Framing, Head},
@@ -40,8 +40,8 @@ pub struct Exchange {
     pub stream: Option<Stream>,
     /// (provider, operation) for an LLM API call.
     pub api: Option<(&'static str, &'static str)>,
+    /// An LLM API call's fields and content times, read from its bodies.
     pub call: Call,
-    pub first_content_ns: u64,
     /// HTTP/2: the stream's id.
     pub stream_id: Option<u32>,
     /// HTTP/2: a header block of the stream could not be decoded (its
@@ -200,12 +200,14 @@ impl Conversation {
             }
         }
         if let Some(h2) = &mut self.h2 {
-            return h2.feed(ev, outbound);
-        }
-        if wrote == outbound {
+            done = h2.feed(ev, outbound);
+        } else if wrote == outbound {
             self.request_bytes(ev, outbound, &mut done);
         } else {
             self.response_bytes(ev, outbound, &mut done);
+        }
+        for x in &mut done {
+            x.call.finish(x.last_ns);
         }
         done
     }
@@ -215,7 +217,8 @@ impl Conversation {
         let mut open = self.h2.as_mut().map(|h2| h2.close()).unwrap_or_default();
         open.extend(self.current.take());
         open.into_iter()
-            .map(|x| {
+            .map(|mut x| {
+                x.call.finish(x.last_ns);
                 let whole = x.complete || x.stream.as_ref().is_some_and(|s| s.finished);
                 let cut = (!whole).then_some(Cut::Closed);
                 (x, cut)
@@ -235,9 +238,9 @@ impl Conversation {
             if let Some(x) = &mut self.current {
                 x.request_bytes += u64::from(ev.len);
                 if x.api.is_some() {
-                    x.call.request_piece(first);
+                    x.call.request_bytes(first, false);
                     if let Some(s) = second {
-                        x.call.request_piece(s);
+                        x.call.request_bytes(s, true);
                     }
                 }
             }
@@ -252,19 +255,22 @@ impl Conversation {
             done.push(prev);
         }
         self.requests += 1;
-        let api = h.path.as_deref().and_then(gen_ai::api);
         let mut x = Exchange {
             index: (self.from_start == Some(true)).then_some(self.requests),
             start_ns: t,
             request_bytes: u64::from(ev.len),
-            api,
             ..Exchange::default()
         };
-        if api.is_some() {
-            let body = h.len.map_or(&first[..0], |l| &first[l.min(first.len())..]);
-            x.call.request_piece(body);
+        if let Some((api, path_model)) = h.path.as_deref().and_then(gen_ai::api) {
+            x.api = Some(api);
+            x.call = Call::new(path_model);
+            x.call.start_request(h.framing == Framing::Chunked);
+            // A head not seen whole leaves the body's start unknown.
+            let body = h.len.map(|l| &first[l.min(first.len())..]);
+            x.call
+                .request_bytes(body.unwrap_or_default(), body.is_none());
             if let Some(s) = second {
-                x.call.request_piece(s);
+                x.call.request_bytes(s, true);
             }
         }
         x.request = Some(h);
@@ -292,11 +298,18 @@ impl Conversation {
             x.first_byte_ns = t;
             body = h.len.map_or(&first[..0], |l| &first[l.min(first.len())..]);
             x.body_bytes = h.len.map(|l| u64::from(ev.len).saturating_sub(l as u64));
-            if h.content_type.as_deref() == Some("text/event-stream") {
+            let sse = h.content_type.as_deref() == Some("text/event-stream");
+            if sse {
                 x.stream = Some(Stream {
                     events: Some(0),
                     ..Stream::default()
                 });
+            }
+            if x.api.is_some() {
+                x.call.start_response(sse, h.framing == Framing::Chunked);
+                if h.len.is_none() {
+                    x.call.response_bytes(&[], true, t);
+                }
             }
             x.response = Some(h);
         } else {
@@ -315,14 +328,9 @@ impl Conversation {
             }
         }
         if x.api.is_some() {
-            x.call.response_piece(body);
+            x.call.response_bytes(body, false, t);
             if let Some(s) = second {
-                x.call.response_piece(s);
-            }
-            if x.first_content_ns == 0
-                && (carries_content(body) || second.is_some_and(carries_content))
-            {
-                x.first_content_ns = t;
+                x.call.response_bytes(s, true, t);
             }
         }
         let tail = second.unwrap_or(body);
@@ -388,7 +396,7 @@ mod tests {
         assert!(x.complete);
         assert_eq!(x.start_ns, 1_000);
         assert_eq!(x.first_byte_ns, 300_010);
-        assert_eq!(x.first_content_ns, 340_010);
+        assert_eq!(x.call.first_content_ns, 340_010);
         assert_eq!(x.api, Some(("openai", "chat")));
         assert_eq!(x.call.request_model.as_deref(), Some("tiny"));
         assert_eq!(x.call.response_model.as_deref(), Some("tiny-v2"));

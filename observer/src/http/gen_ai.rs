@@ -1,98 +1,352 @@
 //! LLM APIs: which call a request is, and what its body and answer say
-//! about the model, the tokens and the first generated content. Only names,
-//! counts and times are kept.
+//! about the model, the tokens and the generated content, read as JSON
+//! (any spacing, escapes, key order; split anywhere). Only names, counts
+//! and times are kept.
 
-use super::scan::{bool_value, find, int_value, string_value};
+use super::{
+    body::{Body, Events},
+    gaps::Gaps,
+    json::Scalar,
+};
 
 /// (provider, operation) of the LLM API at `path`, per the GenAI semantic
-/// conventions' names.
-pub fn api(path: &str) -> Option<(&'static str, &'static str)> {
-    Some(match path {
-        "/v1/chat/completions" | "/chat/completions" => ("openai", "chat"),
-        "/v1/completions" | "/completions" => ("openai", "text_completion"),
-        "/v1/responses" | "/responses" => ("openai", "chat"),
-        "/v1/embeddings" | "/embeddings" => ("openai", "embeddings"),
-        "/v1/messages" => ("anthropic", "chat"),
-        "/api/chat" => ("ollama", "chat"),
-        "/api/generate" => ("ollama", "text_completion"),
-        "/api/embed" | "/api/embeddings" => ("ollama", "embeddings"),
+/// conventions' names, and the model the path names (Gemini's
+/// `models/{model}:…`, Azure's deployment). A gateway's prefix
+/// (`/openai/v1/…`, `/api/v1/…`) does not matter.
+pub fn api(path: &str) -> Option<((&'static str, &'static str), Option<String>)> {
+    if let Some(call) = gemini(path) {
+        return Some(call);
+    }
+    if let Some(rest) = path.split("/openai/deployments/").nth(1) {
+        let (deployment, op) = rest.split_once('/')?;
+        let op = match op {
+            "chat/completions" => "chat",
+            "completions" => "text_completion",
+            "embeddings" => "embeddings",
+            "responses" => "chat",
+            _ => return None,
+        };
+        return Some((("azure.ai.openai", op), Some(deployment.to_owned())));
+    }
+    // OpenAI's own paths sit under a version (or a gateway's prefix), or at
+    // a base URL's root.
+    let openai = |suffix: &str| {
+        path == suffix
+            || path.ends_with(&format!("/v1{suffix}"))
+            || path.ends_with(&format!("/openai{suffix}"))
+    };
+    let kind = if path.ends_with("/chat/completions") {
+        ("openai", "chat")
+    } else if openai("/completions") {
+        ("openai", "text_completion")
+    } else if openai("/responses") {
+        ("openai", "chat")
+    } else if openai("/embeddings") {
+        ("openai", "embeddings")
+    } else if path.ends_with("/v1/messages") {
+        ("anthropic", "chat")
+    } else if path.ends_with("/api/chat") {
+        ("ollama", "chat")
+    } else if path.ends_with("/api/generate") {
+        ("ollama", "text_completion")
+    } else if path.ends_with("/api/embed") || path.ends_with("/api/embeddings") {
+        ("ollama", "embeddings")
+    } else {
+        return None;
+    };
+    Some((kind, None))
+}
+
+/// Gemini: `…/models/{model}:generateContent` (or `:streamGenerateContent`).
+fn gemini(path: &str) -> Option<((&'static str, &'static str), Option<String>)> {
+    let (before, method) = path.rsplit_once(':')?;
+    let op = match method {
+        "generateContent" | "streamGenerateContent" => "chat",
+        "embedContent" | "batchEmbedContents" => "embeddings",
+        _ => return None,
+    };
+    let model = before.rsplit_once("/models/")?.1;
+    Some((("gcp.gemini", op), Some(model.to_owned())))
+}
+
+/// Output paths whose non-empty string is generated content (`*`: any
+/// array element), by API: OpenAI chat (streamed and not, reasoning and
+/// tool-call arguments), Completions, the Responses API's answer, Anthropic
+/// Messages (text, thinking, tool input), Ollama, Gemini.
+const CONTENT_PATHS: [&str; 19] = [
+    "choices.*.delta.content",
+    "choices.*.delta.reasoning_content",
+    "choices.*.delta.reasoning",
+    "choices.*.delta.tool_calls.*.function.arguments",
+    "choices.*.message.content",
+    "choices.*.message.reasoning_content",
+    "choices.*.message.tool_calls.*.function.arguments",
+    "choices.*.text",
+    "output.*.content.*.text",
+    "delta.text",
+    "delta.thinking",
+    "delta.partial_json",
+    "content.*.text",
+    "content.*.thinking",
+    "message.content",
+    "message.thinking",
+    "response",
+    "thinking",
+    "candidates.*.content.parts.*.text",
+];
+
+/// Responses API events whose `delta` is generated content.
+const CONTENT_DELTA_TYPES: [&str; 5] = [
+    "response.output_text.delta",
+    "response.reasoning_text.delta",
+    "response.reasoning_summary_text.delta",
+    "response.function_call_arguments.delta",
+    "response.refusal.delta",
+];
+
+/// Where usage sits: at the top (`usage.x`), or in the Responses API's
+/// `response` and Anthropic's `message` objects of their stream events.
+fn usage_key(path: &str) -> Option<&str> {
+    let p = path
+        .strip_prefix("response.")
+        .or_else(|| path.strip_prefix("message."))
+        .unwrap_or(path);
+    p.strip_prefix("usage.")
+        .or_else(|| p.strip_prefix("usageMetadata."))
+        .or_else(|| (path == p).then_some(p))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Usage {
+    Input,
+    Output,
+    CachedInput,
+    ReasoningOutput,
+}
+
+fn usage_of(key: &str) -> Option<Usage> {
+    Some(match key {
+        "prompt_tokens" | "input_tokens" | "prompt_eval_count" | "promptTokenCount" => Usage::Input,
+        "completion_tokens" | "output_tokens" | "eval_count" | "candidatesTokenCount" => {
+            Usage::Output
+        }
+        "prompt_tokens_details.cached_tokens"
+        | "input_tokens_details.cached_tokens"
+        | "cache_read_input_tokens"
+        | "cachedContentTokenCount" => Usage::CachedInput,
+        "completion_tokens_details.reasoning_tokens"
+        | "output_tokens_details.reasoning_tokens"
+        | "thoughtsTokenCount" => Usage::ReasoningOutput,
         _ => return None,
     })
 }
 
-/// What a call's request and answer said, gathered piece by piece.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+const FINISH_PATHS: [&str; 5] = [
+    "choices.*.finish_reason",
+    "stop_reason",
+    "delta.stop_reason",
+    "done_reason",
+    "candidates.*.finishReason",
+];
+
+const MODEL_PATHS: [&str; 4] = ["model", "message.model", "response.model", "modelVersion"];
+
+/// What a call's request and answer said, read as they came.
+#[derive(Clone, Debug, Default)]
 pub struct Call {
     pub request_model: Option<String>,
     pub response_model: Option<String>,
     pub stream: Option<bool>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    pub cached_input_tokens: Option<u64>,
+    pub reasoning_output_tokens: Option<u64>,
     pub finish_reason: Option<String>,
+    /// Events that carried generated content, and when the first and the
+    /// last were delivered (CLOCK_MONOTONIC ns; 0: none).
+    pub content_events: u32,
+    pub first_content_ns: u64,
+    pub last_content_ns: u64,
+    pub gaps: Gaps,
+    /// Events (or documents) whose JSON could not be read.
+    pub unreadable_events: u32,
+    request: Option<Box<Body>>,
+    response: Option<Box<Body>>,
+    event: EventSeen,
 }
 
-/// Token counts by API: (input key, output key).
-const USAGE_KEYS: [(&str, &str); 3] = [
-    ("prompt_tokens", "completion_tokens"),
-    ("input_tokens", "output_tokens"),
-    ("prompt_eval_count", "eval_count"),
-];
-const FINISH_KEYS: [&str; 3] = ["finish_reason", "stop_reason", "done_reason"];
+impl PartialEq for Call {
+    fn eq(&self, o: &Self) -> bool {
+        (
+            &self.request_model,
+            &self.response_model,
+            self.stream,
+            self.input_tokens,
+            self.output_tokens,
+            self.cached_input_tokens,
+            self.reasoning_output_tokens,
+            &self.finish_reason,
+            self.first_content_ns,
+        ) == (
+            &o.request_model,
+            &o.response_model,
+            o.stream,
+            o.input_tokens,
+            o.output_tokens,
+            o.cached_input_tokens,
+            o.reasoning_output_tokens,
+            &o.finish_reason,
+            o.first_content_ns,
+        )
+    }
+}
+impl Eq for Call {}
+
+/// What the answer's event being read showed so far.
+#[derive(Clone, Debug, Default)]
+struct EventSeen {
+    content: bool,
+    /// A non-empty top-level `delta` string (content if the type says so).
+    delta: bool,
+    content_type: bool,
+}
+
+/// The request body's reader: its model and whether it asks for a stream.
+struct RequestFields<'a>(&'a mut Call);
+
+impl Events for RequestFields<'_> {
+    fn value(&mut self, path: &str, v: Scalar<'_>) {
+        match (path, v) {
+            ("model", Scalar::Str { text, len }) if len > 0 => {
+                // The body's model is the one asked for (over a path's).
+                self.0.request_model = Some(text.to_owned());
+            }
+            ("stream", Scalar::Bool(b)) => self.0.stream = Some(b),
+            _ => {}
+        }
+    }
+    fn event(&mut self, _t: u64) {}
+}
+
+/// The answer's reader.
+struct AnswerFields<'a>(&'a mut Call);
+
+impl Events for AnswerFields<'_> {
+    fn value(&mut self, path: &str, v: Scalar<'_>) {
+        let c = &mut *self.0;
+        match v {
+            Scalar::Str { text, len } => {
+                if len == 0 {
+                    return;
+                }
+                if CONTENT_PATHS.contains(&path) {
+                    c.event.content = true;
+                } else if path == "delta" {
+                    c.event.delta = true;
+                } else if path == "type" {
+                    c.event.content_type = CONTENT_DELTA_TYPES.contains(&text);
+                } else if FINISH_PATHS.contains(&path) {
+                    c.finish_reason = Some(text.to_owned());
+                } else if c.response_model.is_none() && MODEL_PATHS.contains(&path) {
+                    c.response_model = Some(text.to_owned());
+                }
+            }
+            Scalar::Int(n) => {
+                let Some(kind) = usage_key(path).and_then(usage_of) else {
+                    return;
+                };
+                // The last count a server sent is its total (some repeat
+                // or grow it event by event).
+                *match kind {
+                    Usage::Input => &mut c.input_tokens,
+                    Usage::Output => &mut c.output_tokens,
+                    Usage::CachedInput => &mut c.cached_input_tokens,
+                    Usage::ReasoningOutput => &mut c.reasoning_output_tokens,
+                } = Some(n);
+            }
+            _ => {}
+        }
+    }
+
+    fn event(&mut self, t: u64) {
+        let c = &mut *self.0;
+        let e = std::mem::take(&mut c.event);
+        if !(e.content || (e.delta && e.content_type)) {
+            return;
+        }
+        if c.first_content_ns == 0 {
+            c.first_content_ns = t;
+        } else {
+            c.gaps.add(t.saturating_sub(c.last_content_ns));
+        }
+        c.last_content_ns = t;
+        c.content_events += 1;
+    }
+}
 
 impl Call {
-    /// A piece of the request body.
-    pub fn request_piece(&mut self, piece: &[u8]) {
-        if self.request_model.is_none() {
-            self.request_model = string_value(piece, "model");
-        }
-        if self.stream.is_none() {
-            self.stream = bool_value(piece, "stream");
+    /// A call to an API whose path named `model` (Gemini, Azure).
+    pub fn new(path_model: Option<String>) -> Self {
+        Self {
+            request_model: path_model,
+            ..Self::default()
         }
     }
 
-    /// A piece of the response body.
-    pub fn response_piece(&mut self, piece: &[u8]) {
-        if self.response_model.is_none() {
-            self.response_model = string_value(piece, "model");
+    /// The request's body starts (`chunked`: HTTP/1.1 chunked framing).
+    pub fn start_request(&mut self, chunked: bool) {
+        self.request = Some(Box::new(Body::new(false, chunked)));
+    }
+
+    /// The answer's body starts: `sse` for `text/event-stream`.
+    pub fn start_response(&mut self, sse: bool, chunked: bool) {
+        self.response = Some(Box::new(Body::new(sse, chunked)));
+    }
+
+    /// Bytes of the request body (`gap`: bytes before them were not copied).
+    pub fn request_bytes(&mut self, b: &[u8], gap: bool) {
+        let Some(mut body) = self.request.take() else {
+            return;
+        };
+        if gap {
+            body.gap();
         }
-        for (input, output) in USAGE_KEYS {
-            if let Some(n) = int_value(piece, input) {
-                self.input_tokens = Some(n);
-            }
-            if let Some(n) = int_value(piece, output) {
-                self.output_tokens = Some(n);
-            }
+        body.feed(b, 0, &mut RequestFields(self));
+        self.request = Some(body);
+    }
+
+    /// Bytes of the answer's body, read (or written) at `t`.
+    pub fn response_bytes(&mut self, b: &[u8], gap: bool, t: u64) {
+        let Some(mut body) = self.response.take() else {
+            return;
+        };
+        if gap {
+            body.gap();
         }
-        for key in FINISH_KEYS {
-            if let Some(r) = string_value(piece, key) {
-                self.finish_reason = Some(r);
+        body.feed(b, t, &mut AnswerFields(self));
+        self.response = Some(body);
+    }
+
+    /// The answer ended at `t`: an event still open is delivered, and the
+    /// count of unreadable ones is final.
+    pub fn finish(&mut self, t: u64) {
+        for (body, answer) in [(self.request.take(), false), (self.response.take(), true)] {
+            let Some(mut body) = body else { continue };
+            if answer {
+                body.finish(t, &mut AnswerFields(self));
             }
+            self.unreadable_events += body.unreadable;
         }
     }
-}
 
-/// Keys whose non-empty string value is generated content, by API.
-const CONTENT_KEYS: [&[u8]; 5] = [
-    b"\"content\":\"",
-    b"\"text\":\"",
-    b"\"response\":\"",
-    b"\"delta\":\"",
-    b"\"partial_json\":\"",
-];
-
-/// Whether a piece of an answer carries generated content.
-pub fn carries_content(piece: &[u8]) -> bool {
-    CONTENT_KEYS.iter().any(|k| {
-        let mut rest = piece;
-        while let Some(i) = find(rest, k) {
-            let after = &rest[i + k.len()..];
-            if after.first().is_some_and(|&b| b != b'"') {
-                return true;
-            }
-            rest = after;
-        }
-        false
-    })
+    /// Time per output token after the first (the first token's own time is
+    /// the time to first token): from the first content event to the last,
+    /// over the output tokens the server counted less one.
+    pub fn time_per_output_token_ns(&self) -> Option<u64> {
+        let tokens = self.output_tokens?.checked_sub(1).filter(|&n| n > 0)?;
+        let span = self.last_content_ns.checked_sub(self.first_content_ns)?;
+        (self.first_content_ns != 0 && span > 0).then(|| span / tokens)
+    }
 }
 
 #[cfg(test)]
@@ -101,48 +355,203 @@ mod tests {
 
     #[test]
     fn apis() {
-        assert_eq!(api("/v1/chat/completions"), Some(("openai", "chat")));
-        assert_eq!(api("/v1/messages"), Some(("anthropic", "chat")));
-        assert_eq!(api("/api/generate"), Some(("ollama", "text_completion")));
-        assert_eq!(api("/v1/models"), None);
-    }
-
-    #[test]
-    fn a_streamed_chat() {
-        let mut c = Call::default();
-        c.request_piece(
-            br#"{"messages":[{"role":"user","content":"hi"}],"model":"tiny-1","stream":true}"#,
-        );
-        c.response_piece(br#"data: {"model":"tiny-1-2025","choices":[{"delta":{"role":"assistant","content":""}}]}"#);
-        c.response_piece(br#"data: {"choices":[{"delta":{},"finish_reason":"stop"}]}"#);
-        c.response_piece(br#"data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":20,"total_tokens":29}}"#);
+        let op = |p: &str| api(p).map(|(k, _)| k);
+        assert_eq!(op("/v1/chat/completions"), Some(("openai", "chat")));
+        assert_eq!(op("/openai/v1/chat/completions"), Some(("openai", "chat")));
+        assert_eq!(op("/api/v1/chat/completions"), Some(("openai", "chat")));
+        assert_eq!(op("/v1/responses"), Some(("openai", "chat")));
+        assert_eq!(op("/responses"), Some(("openai", "chat")));
+        assert_eq!(op("/v1/completions"), Some(("openai", "text_completion")));
+        assert_eq!(op("/v1/messages"), Some(("anthropic", "chat")));
+        assert_eq!(op("/gw/anthropic/v1/messages"), Some(("anthropic", "chat")));
+        assert_eq!(op("/api/generate"), Some(("ollama", "text_completion")));
+        assert_eq!(op("/v1/models"), None);
+        assert_eq!(op("/users/messages"), None);
+        assert_eq!(op("/account/responses"), None);
         assert_eq!(
-            c,
-            Call {
-                request_model: Some("tiny-1".into()),
-                response_model: Some("tiny-1-2025".into()),
-                stream: Some(true),
-                input_tokens: Some(9),
-                output_tokens: Some(20),
-                finish_reason: Some("stop".into()),
-            }
+            api("/openai/deployments/gpt-4o-prod/chat/completions"),
+            Some((("azure.ai.openai", "chat"), Some("gpt-4o-prod".into())))
+        );
+        assert_eq!(
+            api("/v1beta/models/gemini-2.0-flash:streamGenerateContent"),
+            Some((("gcp.gemini", "chat"), Some("gemini-2.0-flash".into())))
         );
     }
 
+    fn sse(events: &[&str]) -> String {
+        events.iter().map(|e| format!("data: {e}\n\n")).collect()
+    }
+
+    /// An answer fed in two reads split at `at`, the second at t=2.
+    fn answer(body: &str, is_sse: bool, at: usize) -> Call {
+        let mut c = Call::default();
+        c.start_response(is_sse, false);
+        c.response_bytes(&body.as_bytes()[..at], false, 1);
+        c.response_bytes(&body.as_bytes()[at..], false, 2);
+        c.finish(3);
+        c
+    }
+
+    /// Every split of `body` gives the same call, its first content at
+    /// t=1 or 2 as its event's end falls.
+    fn every_split(body: &str, is_sse: bool, check: impl Fn(&Call)) {
+        for at in 0..=body.len() {
+            let c = answer(body, is_sse, at);
+            check(&c);
+            assert_eq!(c.unreadable_events, 0, "split at {at}: {c:#?}");
+        }
+    }
+
     #[test]
-    fn content() {
-        assert!(!carries_content(
-            br#"data: {"choices":[{"delta":{"role":"assistant","content":""}}]}"#
-        ));
-        assert!(carries_content(
-            br#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#
-        ));
-        assert!(carries_content(
-            br#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"Hi"}}"#
-        ));
-        assert!(carries_content(
-            br#"{"model":"llama3","response":"The","done":false}"#
-        ));
-        assert!(!carries_content(br#"data: [DONE]"#));
+    fn openai_chat_as_python_spaces_it() {
+        let body = sse(&[
+            r#"{"id": "c1", "model": "m-2", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}"#,
+            r#"{"id": "c1", "model": "m-2", "choices": [{"index": 0, "delta": {"content": "tok0 "}}]}"#,
+            r#"{"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}"#,
+            r#"{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 6}}}"#,
+            "[DONE]",
+        ]);
+        every_split(&body, true, |c| {
+            assert_eq!(c.response_model.as_deref(), Some("m-2"));
+            assert_eq!(c.content_events, 1);
+            assert_ne!(c.first_content_ns, 0);
+            assert_eq!(
+                (
+                    c.input_tokens,
+                    c.output_tokens,
+                    c.cached_input_tokens,
+                    c.reasoning_output_tokens
+                ),
+                (Some(9), Some(20), Some(4), Some(6))
+            );
+            assert_eq!(c.finish_reason.as_deref(), Some("stop"));
+        });
+    }
+
+    #[test]
+    fn first_content_by_shape() {
+        let cases: [(&str, bool, &[&str]); 9] = [
+            // Reasoning before the answer: the first token is reasoning's.
+            ("reasoning", true, &[
+                r#"{"choices":[{"delta":{"role":"assistant"}}]}"#,
+                r#"{"choices":[{"delta":{"reasoning_content":"Hmm"}}]}"#,
+            ]),
+            ("tool call", true, &[
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a"}}]}}]}"#,
+            ]),
+            ("completions", true, &[r#"{"choices":[{"text":""}]}"#, r#"{"choices":[{"text":"Hi"}]}"#]),
+            ("responses", true, &[
+                r#"{"type":"response.created","response":{"model":"gpt-x","status":"in_progress"}}"#,
+                r#"{"delta":"Hi","type":"response.output_text.delta"}"#,
+            ]),
+            ("anthropic", true, &[
+                r#"{"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":25,"output_tokens":1}}}"#,
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let"}}"#,
+            ]),
+            ("anthropic tool", true, &[
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""}}"#,
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"x"}}"#,
+            ]),
+            ("gemini", true, &[r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"}}],"modelVersion":"gemini-2.0"}"#]),
+            ("ollama chat", false, &[
+                "{\"model\":\"llama3\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":false}\n",
+                "{\"model\":\"llama3\",\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"done\":false}\n",
+            ]),
+            ("ollama generate", false, &[
+                "{\"model\":\"llama3\",\"response\":\"\",\"done\":false}\n",
+                "{\"model\":\"llama3\",\"response\":\"Hi\",\"done\":false}\n",
+            ]),
+        ];
+        for (what, is_sse, events) in cases {
+            let body = if is_sse { sse(events) } else { events.concat() };
+            let mut c = Call::default();
+            c.start_response(is_sse, false);
+            for (k, e) in body
+                .split_inclusive(if is_sse { "\n\n" } else { "\n" })
+                .enumerate()
+            {
+                c.response_bytes(e.as_bytes(), false, 10 + k as u64);
+            }
+            c.finish(99);
+            let last = 10 + events.len() as u64 - 1;
+            assert_eq!(c.first_content_ns, last, "{what}: {c:#?}");
+            assert_eq!(c.unreadable_events, 0, "{what}");
+        }
+    }
+
+    #[test]
+    fn usage_of_every_provider() {
+        /// (what, server-sent events, events, [input, output, cached, reasoning])
+        type Case<'a> = (&'a str, bool, &'a [&'a str], [Option<u64>; 4]);
+        let cases: [Case<'_>; 5] = [
+            ("responses", true, &[r#"{"type":"response.completed","response":{"model":"gpt-x","usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":2},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":18}}}"#], [Some(11), Some(7), Some(2), Some(3)]),
+            ("anthropic", true, &[
+                r#"{"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":25,"cache_read_input_tokens":5,"output_tokens":1}}}"#,
+                r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}"#,
+            ], [Some(25), Some(15), Some(5), None]),
+            ("ollama", false, &["{\"model\":\"llama3\",\"done\":true,\"done_reason\":\"stop\",\"prompt_eval_count\":26,\"eval_count\":290}\n"], [Some(26), Some(290), None, None]),
+            ("gemini", true, &[r#"{"candidates":[{"content":{"parts":[{"text":"."}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":12,"cachedContentTokenCount":3,"thoughtsTokenCount":4}}"#], [Some(8), Some(12), Some(3), Some(4)]),
+            ("plain chat", false, &["{\n  \"model\": \"m\",\n  \"choices\": [\n    {\"message\": {\"role\": \"assistant\", \"content\": \"Hi\"}, \"finish_reason\": \"stop\"}\n  ],\n  \"usage\": {\"prompt_tokens\": 5, \"completion_tokens\": 1}\n}"], [Some(5), Some(1), None, None]),
+        ];
+        for (what, is_sse, events, want) in cases {
+            let body = if is_sse { sse(events) } else { events.concat() };
+            every_split(&body, is_sse, |c| {
+                assert_eq!(
+                    [
+                        c.input_tokens,
+                        c.output_tokens,
+                        c.cached_input_tokens,
+                        c.reasoning_output_tokens
+                    ],
+                    want,
+                    "{what}"
+                );
+                assert!(c.finish_reason.is_some() || what == "responses", "{what}");
+            });
+        }
+    }
+
+    #[test]
+    fn gaps_and_time_per_token() {
+        let mut c = Call::default();
+        c.start_response(true, false);
+        for (k, t) in [100u64, 130, 160, 220].into_iter().enumerate() {
+            let e =
+                format!("data: {{\"choices\": [{{\"delta\": {{\"content\": \"w{k}\"}}}}]}}\n\n");
+            c.response_bytes(e.as_bytes(), false, t);
+        }
+        c.response_bytes(
+            b"data: {\"usage\": {\"completion_tokens\": 4}}\n\n",
+            false,
+            230,
+        );
+        c.finish(240);
+        assert_eq!(
+            (c.first_content_ns, c.last_content_ns, c.content_events),
+            (100, 220, 4)
+        );
+        assert_eq!(
+            (c.gaps.count, c.gaps.max_ns, c.gaps.mean_ns()),
+            (3, 60, Some(40))
+        );
+        assert_eq!(c.time_per_output_token_ns(), Some(40));
+    }
+
+    #[test]
+    fn request_fields() {
+        let mut c = Call::new(Some("path-model".into()));
+        c.start_request(false);
+        c.request_bytes(
+            b"{\"messages\": [{\"role\": \"user\", \"content\": \"say \\\"model\\\": x\"}], \"mod",
+            false,
+        );
+        c.request_bytes(b"el\": \"gpt\\u002d4o\", \"stream\": true}", false);
+        assert_eq!(c.request_model.as_deref(), Some("gpt-4o"));
+        assert_eq!(c.stream, Some(true));
+        let mut c = Call::new(Some("gemini-x".into()));
+        c.start_request(false);
+        c.request_bytes(b"{\"contents\": []}", false);
+        assert_eq!(c.request_model.as_deref(), Some("gemini-x"));
     }
 }

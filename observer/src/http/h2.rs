@@ -22,7 +22,7 @@ use observer_common::{http::PlaintextEvent, tls::op};
 
 use super::{
     conversation::{pieces, Exchange, Stream},
-    gen_ai::{self, carries_content},
+    gen_ai::{self, Call},
     grpc::{self, Piece, Rpc},
     head::Head,
 };
@@ -541,6 +541,11 @@ impl H2 {
                 .as_ref()
                 .and_then(|h| h.path.as_deref())
                 .and_then(gen_ai::api);
+            let call = api.as_ref().map(|(_, model)| {
+                let mut c = Call::new(model.clone());
+                c.start_request(false);
+                c
+            });
             let rpc = head
                 .as_ref()
                 .filter(|h| grpc::is_grpc(h.content_type.as_deref()))
@@ -553,7 +558,8 @@ impl H2 {
                 start_ns: t,
                 last_ns: end_t,
                 request_bytes: frame_bytes,
-                api,
+                api: api.map(|(kind, _)| kind),
+                call: call.unwrap_or_default(),
                 rpc,
                 ..Exchange::default()
             };
@@ -572,7 +578,7 @@ impl H2 {
         if request_dir {
             x.request_bytes += frame_bytes;
             if f.kind == DATA && x.api.is_some() {
-                x.call.request_piece(&f.kept);
+                feed_pieces(&f.pieces, |b, gap| x.call.request_bytes(b, gap));
             }
             if let (DATA, Some(rpc)) = (f.kind, &mut x.rpc) {
                 rpc.messages[0].feed(&f.pieces);
@@ -599,13 +605,16 @@ impl H2 {
                     .is_some_and(|s| (100..200).contains(&s));
                 if !interim {
                     x.first_byte_ns = t;
-                    if h.as_ref().and_then(|h| h.content_type.as_deref())
-                        == Some("text/event-stream")
-                    {
+                    let sse = h.as_ref().and_then(|h| h.content_type.as_deref())
+                        == Some("text/event-stream");
+                    if sse {
                         x.stream = Some(Stream {
                             events: Some(0),
                             ..Stream::default()
                         });
+                    }
+                    if x.api.is_some() {
+                        x.call.start_response(sse, false);
                     }
                     x.response = h.or(Some(Head::empty(None)));
                 }
@@ -616,6 +625,11 @@ impl H2 {
                 // first byte or fields to give.
                 x.headers_undecodable = true;
                 x.response = Some(Head::empty(None));
+                if x.api.is_some() {
+                    // Read as JSON documents, from where it can be.
+                    x.call.start_response(false, false);
+                    x.call.response_bytes(&[], true, t);
+                }
             }
             let body = &f.kept;
             if let Some(s) = &mut x.stream {
@@ -623,10 +637,7 @@ impl H2 {
                 s.mark_end(body);
             }
             if x.api.is_some() {
-                x.call.response_piece(body);
-                if x.first_content_ns == 0 && carries_content(body) {
-                    x.first_content_ns = t;
-                }
+                feed_pieces(&f.pieces, |b, gap| x.call.response_bytes(b, gap, t));
             }
             if let Some(rpc) = &mut x.rpc {
                 if rpc.messages[1].feed(&f.pieces) && rpc.first_message_ns == 0 {
@@ -728,6 +739,24 @@ fn response_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
         status: field(fields, b":status").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()),
         content_type: field(fields, b"content-type").and_then(text),
         ..Head::empty(None)
+    }
+}
+
+/// A DATA frame's payload as it was seen: the bytes copied, with a gap
+/// wherever some were not.
+fn feed_pieces(pieces: &[Piece], mut feed: impl FnMut(&[u8], bool)) {
+    let mut gap = false;
+    for p in pieces {
+        match p {
+            Piece::Seen(b) => {
+                feed(b, gap);
+                gap = false;
+            }
+            Piece::Unseen(_) => gap = true,
+        }
+    }
+    if gap {
+        feed(&[], true);
     }
 }
 
@@ -891,7 +920,7 @@ mod tests {
             (x.call.input_tokens, x.call.output_tokens),
             (Some(5), Some(3))
         );
-        assert_eq!(x.first_content_ns, 340_000);
+        assert_eq!(x.call.first_content_ns, 340_000);
         let s = x.stream.as_ref().expect("an event stream");
         assert_eq!(s.events, Some(5));
         assert_eq!((s.first_ns, s.gap_max_ns), (340_000, 80_000));

@@ -6,18 +6,21 @@
 //! LLM API puts at a body's start or end, and one server-sent event per
 //! read. Nothing of a prompt or a completion is kept past the parsing.
 
+mod body;
 mod conversation;
+mod gaps;
 mod gen_ai;
 mod grpc;
 mod h2;
 mod head;
+mod json;
 mod record;
 pub mod route;
 mod scan;
 
 pub use conversation::Conversation;
 pub use h2::H2Counts;
-pub use record::{GenAi, RequestRecord, RpcRecord, StreamStats};
+pub use record::{GapStats, GenAi, RequestRecord, RpcRecord, StreamStats};
 
 /// Payload bytes of an HTTP/2 DATA frame kept for the event and API
 /// scanners: a call copies no more.

@@ -31,9 +31,39 @@ pub struct GenAi {
     /// From the usage the server sent; null when it sent none.
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
-    /// Request start -> the first event (or read) that carried generated content.
+    /// Input tokens read from the provider's prompt cache, as it counted
+    /// them (OpenAI's `cached_tokens`, Anthropic's `cache_read_input_tokens`,
+    /// Gemini's `cachedContentTokenCount`); null when it sent none.
+    pub cached_input_tokens: Option<u64>,
+    /// Output tokens spent on reasoning, as the server counted them.
+    pub reasoning_output_tokens: Option<u64>,
+    /// Request start -> the first event delivered whole that carried
+    /// generated content (answer text, reasoning, tool-call arguments; a
+    /// role-only or empty chunk is not one); for an answer not streamed,
+    /// the end of its JSON.
     pub time_to_first_token_ns: Option<u64>,
     pub finish_reason: Option<String>,
+    /// Events (or NDJSON lines) that carried generated content.
+    pub content_events: u32,
+    /// Gaps between content events after the first (null: fewer than two).
+    pub content_gaps: Option<GapStats>,
+    /// First content event -> last, over the output tokens less one.
+    pub time_per_output_token_ns: Option<u64>,
+    /// Output tokens per second after the first token (the inverse).
+    pub output_tokens_per_second: Option<f64>,
+    /// Events whose JSON could not be read (skipped, counted).
+    pub unreadable_events: u32,
+}
+
+/// The gaps between a call's content events.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GapStats {
+    pub count: u32,
+    pub mean_ns: u64,
+    /// Quantiles from a histogram within 1.6% of the true gap.
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
 }
 
 /// A gRPC call: the RPC conventions' fields and what its frames showed.
@@ -121,6 +151,36 @@ fn after(start: u64, t: u64) -> Option<u64> {
     (t != 0 && t >= start).then(|| t - start)
 }
 
+fn gen_ai(x: &Exchange, provider: &'static str, operation: &'static str) -> GenAi {
+    let c = &x.call;
+    let g = &c.gaps;
+    let per_token = c.time_per_output_token_ns();
+    GenAi {
+        provider,
+        operation,
+        request_model: c.request_model.clone(),
+        response_model: c.response_model.clone(),
+        stream: c.stream.unwrap_or(false) || x.stream.is_some(),
+        input_tokens: c.input_tokens,
+        output_tokens: c.output_tokens,
+        cached_input_tokens: c.cached_input_tokens,
+        reasoning_output_tokens: c.reasoning_output_tokens,
+        time_to_first_token_ns: after(x.start_ns, c.first_content_ns),
+        finish_reason: c.finish_reason.clone(),
+        content_events: c.content_events,
+        content_gaps: (g.count > 0).then(|| GapStats {
+            count: g.count,
+            mean_ns: g.mean_ns().unwrap_or_default(),
+            p50_ns: g.quantile_ns(0.5).unwrap_or_default(),
+            p99_ns: g.quantile_ns(0.99).unwrap_or_default(),
+            max_ns: g.max_ns,
+        }),
+        time_per_output_token_ns: per_token,
+        output_tokens_per_second: per_token.map(|ns| 1e9 / ns as f64),
+        unreadable_events: c.unreadable_events,
+    }
+}
+
 impl RequestRecord {
     /// `conn`: the connection's record as it stood (owner and addresses).
     pub fn new(
@@ -151,17 +211,9 @@ impl RequestRecord {
             mean_gap_ns: (s.gaps > 0).then(|| s.gap_sum_ns / u64::from(s.gaps)),
             max_gap_ns: (s.gaps > 0).then_some(s.gap_max_ns),
         });
-        let gen_ai = x.api.map(|(provider, operation)| GenAi {
-            provider,
-            operation,
-            request_model: x.call.request_model.clone(),
-            response_model: x.call.response_model.clone(),
-            stream: x.call.stream.unwrap_or(false) || x.stream.is_some(),
-            input_tokens: x.call.input_tokens,
-            output_tokens: x.call.output_tokens,
-            time_to_first_token_ns: after(x.start_ns, x.first_content_ns),
-            finish_reason: x.call.finish_reason.clone(),
-        });
+        let gen_ai = x
+            .api
+            .map(|(provider, operation)| gen_ai(x, provider, operation));
         let rpc = x.rpc.as_deref().map(|c| RpcRecord {
             system: "grpc",
             service: c.service.clone(),

@@ -38,11 +38,16 @@ pub enum Column {
     TtfbP99,
     Ttft,
     TtftP99,
+    /// LLM calls: the median gap between content events.
+    Gap,
+    GapP99,
+    /// LLM calls: output tokens per second after the first token.
+    TokensPerSecond,
     Gpu,
 }
 
 /// The figure columns, left to right.
-pub const FIGURES: [Column; 15] = [
+pub const FIGURES: [Column; 18] = [
     Column::Rate,
     Column::Requests,
     Column::Errors,
@@ -57,12 +62,15 @@ pub const FIGURES: [Column; 15] = [
     Column::TtfbP99,
     Column::Ttft,
     Column::TtftP99,
+    Column::Gap,
+    Column::GapP99,
+    Column::TokensPerSecond,
     Column::Gpu,
 ];
 
 /// The figure columns, most important first: a narrow terminal drops them
 /// from the end of this list (never wraps a row).
-pub const IMPORTANCE: [Column; 15] = [
+pub const IMPORTANCE: [Column; 18] = [
     Column::Rate,
     Column::Ttfb,
     Column::Ttft,
@@ -78,10 +86,13 @@ pub const IMPORTANCE: [Column; 15] = [
     Column::ConnectP99,
     Column::DnsP99,
     Column::TlsP99,
+    Column::TokensPerSecond,
+    Column::Gap,
+    Column::GapP99,
 ];
 
 /// Every sortable column in the order `<` and `>` walk through them.
-pub const SORT_ORDER: [Column; 17] = [
+pub const SORT_ORDER: [Column; 20] = [
     Column::Key,
     Column::Comm,
     Column::Rate,
@@ -98,6 +109,9 @@ pub const SORT_ORDER: [Column; 17] = [
     Column::TtfbP99,
     Column::Ttft,
     Column::TtftP99,
+    Column::Gap,
+    Column::GapP99,
+    Column::TokensPerSecond,
     Column::Gpu,
 ];
 
@@ -123,6 +137,9 @@ impl Column {
             Self::TtfbP99 => "TTFB99",
             Self::Ttft => "TTFT50",
             Self::TtftP99 => "TTFT99",
+            Self::Gap => "GAP50",
+            Self::GapP99 => "GAP99",
+            Self::TokensPerSecond => "TOK/S",
             Self::Gpu => "GPU%",
         }
     }
@@ -131,7 +148,7 @@ impl Column {
     pub fn width(self) -> usize {
         match self {
             Self::Key | Self::Comm => 0,
-            Self::Rate | Self::Requests => 6,
+            Self::Rate | Self::Requests | Self::TokensPerSecond => 6,
             Self::Errors | Self::Retransmits => 5,
             Self::Gpu => 4,
             _ => 7,
@@ -150,6 +167,8 @@ impl Column {
             Self::TtfbP99 => (&f.ttfb, true),
             Self::Ttft => (&f.ttft, false),
             Self::TtftP99 => (&f.ttft, true),
+            Self::Gap => (&f.gap, false),
+            Self::GapP99 => (&f.gap, true),
             _ => return None,
         };
         if p99 {
@@ -169,6 +188,7 @@ impl Column {
             Self::Errors => Some(f.errors as f64),
             Self::Retransmits => Some(f.retransmits as f64),
             Self::Gpu => f.gpu_pct,
+            Self::TokensPerSecond => f.tokens_per_s,
             _ => self.quantile(f).map(|ns| ns as f64),
         }
     }
@@ -182,6 +202,7 @@ impl Column {
             Self::Errors => count(f.errors, 5),
             Self::Retransmits => count(f.retransmits, 5),
             Self::Gpu => f.gpu_pct.map_or("-".into(), |p| format!("{p:.0}")),
+            Self::TokensPerSecond => f.tokens_per_s.map_or("-".into(), rate),
             _ => duration(self.quantile(f)),
         }
     }

@@ -46,6 +46,11 @@ struct Sample {
     tls_ns: Option<u64>,
     ttfb_ns: Option<u64>,
     ttft_ns: Option<u64>,
+    /// An LLM call's gaps between content events (median, p99) and its
+    /// output tokens per second after the first.
+    gap_p50_ns: Option<u64>,
+    gap_p99_ns: Option<u64>,
+    tokens_per_s: Option<f64>,
     error: bool,
     retransmits: u32,
     gpu_pct: Option<f64>,
@@ -61,6 +66,9 @@ impl Sample {
             tls_ns: None,
             ttfb_ns: None,
             ttft_ns: None,
+            gap_p50_ns: None,
+            gap_p99_ns: None,
+            tokens_per_s: None,
             error: false,
             retransmits: 0,
             gpu_pct: None,
@@ -143,6 +151,11 @@ pub struct Figures {
     pub tls: Quantiles,
     pub ttfb: Quantiles,
     pub ttft: Quantiles,
+    /// LLM calls' median gaps between content events (p50: over calls'
+    /// medians; p99: over calls' p99s).
+    pub gap: Quantiles,
+    /// Mean over LLM calls of their output tokens per second after the first.
+    pub tokens_per_s: Option<f64>,
     /// Mean over the window's records of the busiest device's average
     /// utilization during each record (None: no record carried a GPU).
     pub gpu_pct: Option<f64>,
@@ -272,7 +285,12 @@ impl Model {
     fn add_request(&mut self, r: &RequestRecord, at: Instant) {
         let mut s = Sample::new(at, Kind::Request);
         s.ttfb_ns = r.ttfb_ns;
-        s.ttft_ns = r.gen_ai.as_ref().and_then(|g| g.time_to_first_token_ns);
+        if let Some(g) = &r.gen_ai {
+            s.ttft_ns = g.time_to_first_token_ns;
+            s.gap_p50_ns = g.content_gaps.as_ref().map(|x| x.p50_ns);
+            s.gap_p99_ns = g.content_gaps.as_ref().map(|x| x.p99_ns);
+            s.tokens_per_s = g.output_tokens_per_second;
+        }
         s.error = r.error.is_some()
             || r.status.is_some_and(|c| c >= 500)
             || r.rpc
@@ -381,6 +399,11 @@ fn figures(s: &Series, span_secs: f64) -> Figures {
         )
     };
     let gpu: Vec<f64> = s.samples.iter().filter_map(|x| x.gpu_pct).collect();
+    let rates: Vec<f64> = s.samples.iter().filter_map(|x| x.tokens_per_s).collect();
+    let gap = Quantiles {
+        p50: phase(|x| x.gap_p50_ns, None).p50,
+        p99: phase(|x| x.gap_p99_ns, None).p99,
+    };
     Figures {
         rate: n as f64 / span_secs,
         requests: n,
@@ -391,6 +414,8 @@ fn figures(s: &Series, span_secs: f64) -> Figures {
         tls: phase(|x| x.tls_ns, None),
         ttfb: phase(|x| x.ttfb_ns, Some(counted)),
         ttft: phase(|x| x.ttft_ns, None),
+        gap,
+        tokens_per_s: (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64),
         gpu_pct: (!gpu.is_empty()).then(|| gpu.iter().sum::<f64>() / gpu.len() as f64),
         ..Figures::default()
     }
