@@ -117,6 +117,20 @@ pub fn openai_python(test: &str) -> Option<PathBuf> {
     )
 }
 
+/// The official `anthropic` Python SDK, as the tests install it from PyPI.
+pub const ANTHROPIC_SDK: &str = "anthropic==2.16.0";
+
+/// A python with the official `openai` and `anthropic` SDKs (and httpx,
+/// which both bring), as [`openai_python`] makes its own.
+pub fn llm_sdk_python(test: &str) -> Option<PathBuf> {
+    python_with(
+        test,
+        "llm-sdks",
+        &[OPENAI_SDK, ANTHROPIC_SDK],
+        "import openai, anthropic, httpx",
+    )
+}
+
 /// grpcio and httpx with HTTP/2, as the tests install them from PyPI.
 pub const H2_PACKAGES: [&str; 2] = ["grpcio==1.85.3", "httpx[http2]==0.28.1"];
 

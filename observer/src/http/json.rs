@@ -601,4 +601,154 @@ mod tests {
         assert_eq!(log.0, ["usage.input_tokens=3", "|"]);
         assert!(t.broken(), "the document's own end is not JSON here");
     }
+
+    /// A small deterministic generator (xorshift), so failures repeat.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A random JSON value: keys plain (paths compare as written), strings
+    /// with quotes, escapes, control characters and non-ASCII.
+    fn random_value(r: &mut Rng, depth: u32) -> serde_json::Value {
+        use serde_json::Value as V;
+        let pick = if depth >= 5 { r.below(5) } else { r.below(7) };
+        match pick {
+            0 => V::Null,
+            1 => V::Bool(r.below(2) == 0),
+            2 => V::from(r.next() >> r.below(64)),
+            3 => V::from(-(r.below(1000) as i64) - 1),
+            4 => {
+                const PARTS: [&str; 8] = ["a", "\"", "\\", "\n", "é", "😀", "\u{1}", "/"];
+                let n = r.below(130);
+                V::from(
+                    (0..n)
+                        .map(|_| PARTS[r.below(8) as usize])
+                        .collect::<String>(),
+                )
+            }
+            5 => V::Array(
+                (0..r.below(4))
+                    .map(|_| random_value(r, depth + 1))
+                    .collect(),
+            ),
+            _ => V::Object(
+                (0..r.below(4))
+                    .map(|k| (format!("k{}", k + r.below(3)), random_value(r, depth + 1)))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// What the tokenizer should report for `v`, as [`Prefixes`] writes it.
+    fn expected(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        use serde_json::Value as V;
+        let join = |k: &str| {
+            if path.is_empty() {
+                k.to_owned()
+            } else {
+                format!("{path}.{k}")
+            }
+        };
+        match v {
+            V::Null => out.push(format!("{path}=null")),
+            V::Bool(b) => out.push(format!("{path}={b}")),
+            V::Number(n) => out.push(match n.as_u64() {
+                Some(u) => format!("{path}={u}"),
+                None => format!("{path}=num"),
+            }),
+            V::String(t) => {
+                let mut end = t.len().min(TEXT_MAX);
+                // The tokenizer cuts at a byte: a cut character is lost.
+                while std::str::from_utf8(&t.as_bytes()[..end]).is_err() {
+                    end -= 1;
+                }
+                out.push(format!("{path}=<{}>/{}", &t[..end], t.len()));
+            }
+            V::Array(a) => a.iter().for_each(|x| expected(x, &join("*"), out)),
+            V::Object(o) => o.iter().for_each(|(k, x)| expected(x, &join(k), out)),
+        }
+    }
+
+    /// The tokenizer's report with strings shown as their whole-character
+    /// prefix (a character cut by [`TEXT_MAX`] is dropped) and their length.
+    #[derive(Default)]
+    struct Prefixes(Vec<String>);
+
+    impl Visit for Prefixes {
+        fn value(&mut self, path: &str, v: Scalar<'_>) {
+            self.0.push(match v {
+                Scalar::Str { text, len } => {
+                    format!("{path}=<{}>/{len}", text.trim_end_matches('\u{fffd}'))
+                }
+                Scalar::Int(n) => format!("{path}={n}"),
+                Scalar::Number => format!("{path}=num"),
+                Scalar::Bool(b) => format!("{path}={b}"),
+                Scalar::Null => format!("{path}=null"),
+            });
+        }
+        fn event_end(&mut self) {}
+    }
+
+    #[test]
+    fn random_documents_any_layout_any_split() {
+        let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut values = 0;
+        for round in 0..3_000 {
+            let v = random_value(&mut r, 0);
+            let mut want = Vec::new();
+            expected(&v, "", &mut want);
+            let texts = [
+                serde_json::to_string(&v).expect("serialises"),
+                serde_json::to_string_pretty(&v).expect("serialises"),
+            ];
+            for text in texts {
+                let b = text.as_bytes();
+                let mut t = Tokenizer::default();
+                let mut got = Prefixes::default();
+                let mut at = 0;
+                while at < b.len() {
+                    let n = (1 + r.below(b.len() as u64) as usize).min(b.len() - at);
+                    t.feed(&b[at..at + n], &mut got);
+                    at += n;
+                }
+                t.finish(&mut got);
+                assert!(!t.broken() && t.idle(), "round {round}: {text}");
+                assert_eq!(got.0, want, "round {round}: {text}");
+                values += got.0.len();
+            }
+        }
+        assert!(values > 5_000, "only {values} values read");
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut r = Rng(0x2545_f491_4f6c_dd1d);
+        const ALPHABET: &[u8] = b"{}[]\":,.-+eE0123456789 \n\\utrfalsn/abc";
+        for _ in 0..20_000 {
+            let mut t = Tokenizer::default();
+            let mut log = Log::default();
+            let len = r.below(64) as usize;
+            let b: Vec<u8> = (0..len)
+                .map(|_| {
+                    if r.below(4) == 0 {
+                        r.next() as u8
+                    } else {
+                        ALPHABET[r.below(ALPHABET.len() as u64) as usize]
+                    }
+                })
+                .collect();
+            t.feed(&b, &mut log);
+            t.finish(&mut log);
+        }
+    }
 }
