@@ -539,6 +539,50 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn llm_calls_give_their_gaps_and_token_rates() {
+        let t0 = Instant::now();
+        let mut m = Model::new(Duration::from_secs(10), t0);
+        let c = conn(5, "python3", 443, 50);
+        for (p50, p99, rate) in [(20, 90, 40.0), (30, 60, 60.0), (40, 70, 50.0)] {
+            let mut req = request_of(&c);
+            req.gen_ai = Some(crate::http::GenAi {
+                provider: "openai",
+                operation: "chat",
+                request_model: None,
+                response_model: None,
+                stream: true,
+                input_tokens: None,
+                output_tokens: Some(9),
+                cached_input_tokens: None,
+                reasoning_output_tokens: None,
+                time_to_first_token_ns: Some(100_000_000),
+                finish_reason: None,
+                content_events: 9,
+                content_gaps: Some(crate::http::GapStats {
+                    count: 8,
+                    mean_ns: p50 * 1_000_000,
+                    p50_ns: p50 * 1_000_000,
+                    p99_ns: p99 * 1_000_000,
+                    max_ns: p99 * 1_000_000,
+                }),
+                time_per_output_token_ns: None,
+                output_tokens_per_second: Some(rate),
+                unreadable_events: 0,
+            });
+            m.add(&Line::Request(Box::new(req)), at(t0, 0.5));
+        }
+        let r = &m.rows(By::Process, at(t0, 1.0))[0];
+        // The median of the calls' medians, the p99 of their p99s.
+        assert_eq!((r.gap.p50, r.gap.p99), (Some(30_000_000), Some(90_000_000)));
+        assert_eq!(r.tokens_per_s, Some(50.0));
+        assert_eq!(super::super::columns::Column::Gap.text(r), "30.0ms");
+        assert_eq!(
+            super::super::columns::Column::TokensPerSecond.text(r),
+            "50.0"
+        );
+    }
+
+    #[test]
     fn requests_replace_connections_when_a_row_has_them() {
         let t0 = Instant::now();
         let mut m = Model::new(Duration::from_secs(10), t0);
