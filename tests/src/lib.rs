@@ -120,14 +120,14 @@ pub fn openai_python(test: &str) -> Option<PathBuf> {
 /// The official `anthropic` Python SDK, as the tests install it from PyPI.
 pub const ANTHROPIC_SDK: &str = "anthropic==2.16.0";
 
-/// A python with the official `openai` and `anthropic` SDKs (and httpx,
-/// which both bring), as [`openai_python`] makes its own.
+/// A python with the official `openai` and `anthropic` SDKs (and the HTTP
+/// client both bring), as [`openai_python`] makes its own.
 pub fn llm_sdk_python(test: &str) -> Option<PathBuf> {
     python_with(
         test,
         "llm-sdks",
         &[OPENAI_SDK, ANTHROPIC_SDK],
-        "import openai, anthropic, httpx",
+        "import openai, anthropic",
     )
 }
 

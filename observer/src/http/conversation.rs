@@ -261,9 +261,9 @@ impl Conversation {
             request_bytes: u64::from(ev.len),
             ..Exchange::default()
         };
-        if let Some((api, path_model)) = h.path.as_deref().and_then(gen_ai::api) {
+        if let Some((api, call)) = h.path.as_deref().and_then(gen_ai::call_for) {
             x.api = Some(api);
-            x.call = Call::new(path_model);
+            x.call = call;
             x.call.start_request(h.framing == Framing::Chunked);
             // A head not seen whole leaves the body's start unknown.
             let body = h.len.map(|l| &first[l.min(first.len())..]);

@@ -57,6 +57,18 @@ pub fn api(path: &str) -> Option<((&'static str, &'static str), Option<String>)>
     Some((kind, None))
 }
 
+/// The call a request to `path` starts, if it is an LLM API's: its
+/// (provider, operation) and what the path tells (the model; Gemini's
+/// `:streamGenerateContent` streams whatever the body says).
+pub fn call_for(path: &str) -> Option<((&'static str, &'static str), Call)> {
+    let (kind, model) = api(path)?;
+    let mut c = Call::new(model);
+    if path.ends_with(":streamGenerateContent") {
+        c.stream = Some(true);
+    }
+    Some((kind, c))
+}
+
 /// Gemini: `…/models/{model}:generateContent` (or `:streamGenerateContent`).
 fn gemini(path: &str) -> Option<((&'static str, &'static str), Option<String>)> {
     let (before, method) = path.rsplit_once(':')?;
@@ -510,6 +522,33 @@ mod tests {
                 assert!(c.finish_reason.is_some() || what == "responses", "{what}");
             });
         }
+    }
+
+    #[test]
+    fn geminis_json_array_element_by_element() {
+        let chunk = |i: u32| {
+            format!(
+                "{{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": \"w{i}\"}}]}}}}], \"usageMetadata\": {{\"promptTokenCount\": 8, \"candidatesTokenCount\": {}}}, \"modelVersion\": \"g-1\"}}",
+                i + 1
+            )
+        };
+        let mut c = Call::default();
+        c.start_response(false, true);
+        let parts = [
+            format!("[{}", chunk(0)),
+            format!(",\r\n{}", chunk(1)),
+            "]".into(),
+        ];
+        for (k, p) in parts.iter().enumerate() {
+            let framed = format!("{:x}\r\n{p}\r\n", p.len());
+            c.response_bytes(framed.as_bytes(), false, 10 + k as u64);
+        }
+        c.response_bytes(b"0\r\n\r\n", false, 20);
+        c.finish(20);
+        assert_eq!((c.first_content_ns, c.last_content_ns), (10, 11));
+        assert_eq!((c.input_tokens, c.output_tokens), (Some(8), Some(2)));
+        assert_eq!(c.response_model.as_deref(), Some("g-1"));
+        assert_eq!(c.unreadable_events, 0);
     }
 
     #[test]

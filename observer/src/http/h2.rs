@@ -537,15 +537,14 @@ impl H2 {
         if request_dir && f.kind == HEADERS && !self.streams.contains_key(&f.stream) {
             self.requests += 1;
             let head = f.fields.as_ref().map(|fields| request_head(fields));
-            let api = head
+            let (api, mut call) = head
                 .as_ref()
                 .and_then(|h| h.path.as_deref())
-                .and_then(gen_ai::api);
-            let call = api.as_ref().map(|(_, model)| {
-                let mut c = Call::new(model.clone());
-                c.start_request(false);
-                c
-            });
+                .and_then(gen_ai::call_for)
+                .map_or((None, Call::default()), |(kind, call)| (Some(kind), call));
+            if api.is_some() {
+                call.start_request(false);
+            }
             let rpc = head
                 .as_ref()
                 .filter(|h| grpc::is_grpc(h.content_type.as_deref()))
@@ -558,8 +557,8 @@ impl H2 {
                 start_ns: t,
                 last_ns: end_t,
                 request_bytes: frame_bytes,
-                api: api.map(|(kind, _)| kind),
-                call: call.unwrap_or_default(),
+                api,
+                call,
                 rpc,
                 ..Exchange::default()
             };

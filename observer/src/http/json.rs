@@ -295,12 +295,17 @@ impl Tokenizer {
                     return;
                 }
                 let array = b == b'[';
+                let top = self.depth == 0;
                 self.stack[self.depth] = Container {
                     array,
                     base: self.path_len.min(usize::from(u8::MAX)) as u8,
                 };
                 self.depth += 1;
-                if array {
+                if array && top {
+                    // A top-level array's elements are events (Gemini's
+                    // stream): their paths are as if each stood alone.
+                    self.state = State::ArrayStart;
+                } else if array {
                     self.push_segment_start();
                     self.path_byte(b'*');
                     self.state = State::ArrayStart;
@@ -550,7 +555,7 @@ mod tests {
         let (log, _) = read(&[b"{\"a\":1}\n{\"a\":2}\n7"]);
         assert_eq!(log, ["a=1", "|", "a=2", "|", "=7", "|"]);
         let (log, _) = read(&[b"[{\"a\":1},\r\n{\"a\":[2]}]"]);
-        assert_eq!(log, ["*.a=1", "|", "*.a.*=2", "|"]);
+        assert_eq!(log, ["a=1", "|", "a.*=2", "|"]);
     }
 
     #[test]
@@ -651,6 +656,12 @@ mod tests {
 
     /// What the tokenizer should report for `v`, as [`Prefixes`] writes it.
     fn expected(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        expected_in(v, path, false, out);
+    }
+
+    /// `nested`: `v` is inside a container (a top-level array's element
+    /// has the empty path too).
+    fn expected_in(v: &serde_json::Value, path: &str, nested: bool, out: &mut Vec<String>) {
         use serde_json::Value as V;
         let join = |k: &str| {
             if path.is_empty() {
@@ -674,8 +685,14 @@ mod tests {
                 }
                 out.push(format!("{path}=<{}>/{}", &t[..end], t.len()));
             }
-            V::Array(a) => a.iter().for_each(|x| expected(x, &join("*"), out)),
-            V::Object(o) => o.iter().for_each(|(k, x)| expected(x, &join(k), out)),
+            // A top-level array's elements stand alone (events).
+            V::Array(a) if path.is_empty() && !nested => {
+                a.iter().for_each(|x| expected_in(x, "", true, out))
+            }
+            V::Array(a) => a.iter().for_each(|x| expected_in(x, &join("*"), true, out)),
+            V::Object(o) => o
+                .iter()
+                .for_each(|(k, x)| expected_in(x, &join(k), true, out)),
         }
     }
 
