@@ -559,6 +559,15 @@ pub fn own_comm() -> String {
         .to_owned()
 }
 
+/// The value of the Prometheus series `name` whose labels include all of
+/// `labels`.
+pub fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
 /// A port nobody listens on (bound, then released).
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -420,15 +420,6 @@ fn curl_for_ollama_and_gemini_and_a_gateway_prefix() {
     );
 }
 
-/// The value of the Prometheus series `name` whose labels include all of
-/// `labels`.
-fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .find(|l| labels.iter().all(|x| l.contains(x)))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 #[test]
 fn the_servers_view_in_the_metrics() {
     let Some(_serial) = begin("llm_shapes_metrics", &["openssl", "python3"]) else {

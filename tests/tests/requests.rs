@@ -182,15 +182,6 @@ fn a_plain_answer_an_error_and_a_reset_stream() {
     assert_eq!(reset[0]["events"], 3);
 }
 
-/// The value of the Prometheus series `name` whose labels include all of
-/// `labels`.
-fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .find(|l| labels.iter().all(|x| l.contains(x)))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 #[test]
 fn llm_calls_in_the_metrics() {
     let Some(_serial) = begin("requests_metrics", &["openssl", "python3"]) else {
