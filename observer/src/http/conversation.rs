@@ -417,6 +417,102 @@ mod tests {
         );
     }
 
+    /// An inference server's side of an Anthropic stream written the plain
+    /// Python way: its record, its SERVER span's GenAI attributes and the
+    /// `gen_ai.server.*` metrics.
+    #[test]
+    fn a_served_anthropic_stream_to_record_span_and_server_metrics() {
+        use crate::{
+            clock::Clock,
+            export::{attrs::Ids, metrics::Metrics, spans::request_spans},
+            http::RequestRecord,
+            record::{ConnRecord, Direction, State},
+        };
+        let mut c = Conversation::default();
+        let body = r#"{"model": "claude-t", "max_tokens": 64, "stream": true, "messages": []}"#;
+        let req = format!(
+            "POST /v1/messages HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        c.feed(&call(op::READ, 1_000, req.as_bytes()), false);
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let start = chunk("event: message_start\ndata: {\"type\": \"message_start\", \"message\": {\"model\": \"claude-t-1\", \"usage\": {\"input_tokens\": 12, \"cache_read_input_tokens\": 4, \"output_tokens\": 1}}}\n\n");
+        c.feed(
+            &call(
+                op::WRITE,
+                100_000_000,
+                (head.to_owned() + &start).as_bytes(),
+            ),
+            false,
+        );
+        for (i, t) in [130u64, 160, 200].into_iter().enumerate() {
+            let ev = chunk(&format!("event: content_block_delta\ndata: {{\"type\": \"content_block_delta\", \"index\": 0, \"delta\": {{\"type\": \"text_delta\", \"text\": \"w{i}\"}}}}\n\n"));
+            c.feed(&call(op::WRITE, t * 1_000_000, ev.as_bytes()), false);
+        }
+        let end = chunk("event: message_delta\ndata: {\"type\": \"message_delta\", \"delta\": {\"stop_reason\": \"end_turn\"}, \"usage\": {\"output_tokens\": 3}}\n\n")
+            + &chunk("event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n")
+            + "0\r\n\r\n";
+        let done = c.feed(&call(op::WRITE, 210_000_000, end.as_bytes()), false);
+        assert_eq!(done.len(), 1);
+        let clock = Clock::with_offset(0);
+        let mut conn = ConnRecord::new(&Conn::default(), None, &clock, State::Closed);
+        conn.direction = Direction::Inbound;
+        let r = RequestRecord::new(&done[0], None, &conn, &clock, false);
+        let g = r.gen_ai.as_ref().expect("an LLM call");
+        assert_eq!((g.provider, g.operation), ("anthropic", "chat"));
+        assert_eq!(g.request_model.as_deref(), Some("claude-t"));
+        assert_eq!(g.response_model.as_deref(), Some("claude-t-1"));
+        assert_eq!(
+            (g.input_tokens, g.output_tokens, g.cached_input_tokens),
+            (Some(12), Some(3), Some(4))
+        );
+        assert_eq!(g.finish_reason.as_deref(), Some("end_turn"));
+        // A server's request starts when its read returns (1,010 ns).
+        assert_eq!(g.time_to_first_token_ns, Some(130_000_000 - 1_010));
+        assert_eq!(g.content_events, 3);
+        let gaps = g.content_gaps.as_ref().expect("two gaps");
+        assert_eq!((gaps.count, gaps.max_ns), (2, 40_000_000));
+        assert_eq!(g.time_per_output_token_ns, Some(35_000_000));
+        assert_eq!(g.output_tokens_per_second.map(f64::round), Some(29.0));
+
+        let spans = request_spans(&r, &mut Ids::new());
+        let attr = |k: &str| {
+            spans[0]
+                .attributes
+                .iter()
+                .find(|a| a.key == k)
+                .map(|a| format!("{:?}", a.value))
+        };
+        assert_eq!(spans[0].name, "chat claude-t");
+        assert_eq!(
+            attr("gen_ai.usage.cache_read.input_tokens").as_deref(),
+            Some("Int(4)")
+        );
+        assert_eq!(
+            attr("observer.gen_ai.content_events").as_deref(),
+            Some("Int(3)")
+        );
+        assert_eq!(
+            attr("observer.gen_ai.gap.max").as_deref(),
+            Some("Double(0.04)")
+        );
+        let mut m = Metrics::new(100, 0);
+        m.record_request(&r);
+        let text = m.prometheus();
+        for name in [
+            "gen_ai_server_request_duration_seconds_count",
+            "gen_ai_server_time_to_first_token_seconds_count",
+            "gen_ai_server_time_per_output_token_seconds_count",
+        ] {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(name) && l.ends_with(" 1")),
+                "{name}: {text}"
+            );
+        }
+        assert!(!text.contains("gen_ai_client_"), "a server's call: {text}");
+    }
+
     #[test]
     fn keep_alive_requests_are_numbered_and_a_cut_answer_is_incomplete() {
         let mut c = Conversation::default();
