@@ -36,9 +36,13 @@ one JSON line:
                           from its first event's system_fingerprint, else null
   request_sent_ms         when the request's first write left (after any
                           connect and TLS handshake)
-Times are time.perf_counter() milliseconds from just before the call. The
-SDKs' lazy work (pydantic models built on first use, resources imported on
-first touch) is done before the first call, so it is timed like the others.
+Times are time.perf_counter() milliseconds from just before the call. An
+event's time is that of the socket read that brought its last bytes (the
+reads are patched to note when each returned), as curl's -w and Go's
+httptrace time the wire: what the SDK does after (parsing, validating, the
+scheduler running something else first) is not the server's. The SDKs'
+lazy work (pydantic models built on first use, resources imported on first
+touch) is done before the first call too.
 """
 import argparse
 import codecs
@@ -61,6 +65,8 @@ except ImportError:  # SDK versions built on the original httpx
 PROMPT = "Say five words."
 # perf_counter() of each socket write since the current call began.
 SENT = []
+# perf_counter() when the last socket read that returned bytes did.
+LAST_READ = [None]
 
 
 class Call:
@@ -68,6 +74,7 @@ class Call:
 
     def __init__(self, api, model):
         SENT.clear()
+        LAST_READ[0] = None
         self.t0 = time.perf_counter()
         self.r = {"api": api, "model": model, "local_port": None, "connections": 0,
                   "ttfb_ms": None, "ttft_ms": None, "content_times_ms": [], "events": 0,
@@ -76,7 +83,10 @@ class Call:
                   "server_wait_ms": None}
 
     def now(self):
-        return (time.perf_counter() - self.t0) * 1000
+        """When the bytes of what the client just handed over arrived: the
+        last read's time (the time now before any read)."""
+        t = LAST_READ[0] if LAST_READ[0] is not None and LAST_READ[0] >= self.t0 else time.perf_counter()
+        return (t - self.t0) * 1000
 
     def head(self, t=None):
         if self.r["ttfb_ms"] is None:
@@ -288,6 +298,15 @@ def noting_writes(write):
     return noted
 
 
+def noting_reads(read):
+    def noted(self, *args, **kw):
+        got = read(self, *args, **kw)
+        if got:  # bytes, or a count of bytes read into a buffer
+            LAST_READ[0] = time.perf_counter()
+        return got
+    return noted
+
+
 def warm(models, type_, value):
     """Builds what the SDK's parse of type_ builds on first use (its
     discriminated-union table), with a sample value, before any timing."""
@@ -322,6 +341,10 @@ def main():
     for cls in (socket.socket, ssl.SSLSocket):
         for name in ("send", "sendall"):
             setattr(cls, name, noting_writes(getattr(cls, name)))
+    # And when each read returns (the handshake's are before the call's t0).
+    for cls, names in ((socket.socket, ("recv", "recv_into")), (ssl.SSLSocket, ("recv", "recv_into", "read"))):
+        for name in names:
+            setattr(cls, name, noting_reads(getattr(cls, name)))
     scheme = "http" if a.plain else "https"
     base = "%s://127.0.0.1:%d%s" % (scheme, a.port, a.prefix.rstrip("/"))
     stream = not a.no_stream
