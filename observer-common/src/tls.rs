@@ -161,12 +161,14 @@ pub struct TlsCall {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TlsProc {
-    /// Plaintext calls made while the plaintext probes were attached to it.
+    /// Plaintext calls captured for it.
     pub plaintext_calls: u64,
     /// Start of the current rate window, and the calls in it.
     pub window_start_ns: u64,
     pub window_calls: u32,
-    pub _pad: u32,
+    /// Nonzero: userspace turned its plaintext capture off (its call rate):
+    /// the all-process probes return at once for it.
+    pub off: u32,
 }
 
 /// Length of the in-kernel rate window for plaintext calls.

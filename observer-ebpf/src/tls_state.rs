@@ -178,6 +178,18 @@ pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64, buf: u64
         // Also when the session exists: setting the server name may have
         // created it.
         announce(tgid, library, now);
+    } else if let Some(p) = TLS_PROCS.get_ptr_mut(&tgid) {
+        // SAFETY: a live map value.
+        let p = unsafe { &mut *p };
+        if p.off != 0 {
+            // Too busy to follow: its times come from the socket, and each
+            // call costs only the trap and this lookup.
+            return None;
+        }
+        count_call(p, tgid, now);
+    } else {
+        // Its sessions began before us: from now on its rate is watched.
+        announce(tgid, library, now);
     }
     let session = match TLS_SESSIONS.get_ptr_mut(&k) {
         Some(s) if operation == op::HANDSHAKE && finished(s) => create(&k, library, 0)?,
@@ -194,11 +206,6 @@ pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64, buf: u64
         if in_handshake && (*tls).hs_start_ns == 0 {
             (*tls).hs_start_ns = now;
             (*tls).flags |= TLS_HS_STARTED;
-        }
-        if operation != op::HANDSHAKE {
-            if let Some(p) = TLS_PROCS.get_ptr_mut(&tgid) {
-                count_call(&mut *p, tgid, now);
-            }
         }
         let call = TlsCall {
             ssl,

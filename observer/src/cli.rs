@@ -85,17 +85,19 @@ pub struct WatchArgs {
     /// Kernel ring buffer size in bytes (a power of two, at least 4096).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_BYTES, value_parser = parse_ring_bytes)]
     pub ring_bytes: u32,
-    /// When to attach the per-call TLS read/write probes (about 5 us per call):
-    /// auto: to each process from its first TLS context or session while it makes at most
-    /// --tls-plaintext-max-rate calls/s; all: to every process; off: never
-    /// (TLS first-byte times then come from the socket).
+    /// Whose TLS reads and writes are captured (uprobes on every TLS library
+    /// file, in each process from its first byte; about 5 us per call):
+    /// auto: every process while it makes at most --tls-plaintext-max-rate
+    /// calls/s (then turned off in the kernel); all: every process, always;
+    /// off: none (TLS first-byte times then come from the socket).
     #[arg(long, value_enum, value_name = "POLICY", default_value = "auto")]
     pub tls_plaintext_probes: crate::tls::Policy,
-    /// Plaintext TLS calls per second above which a process's per-call probes
-    /// come off (auto policy).
+    /// Plaintext TLS calls per second above which a process's capture is
+    /// turned off (auto policy).
     #[arg(long, value_name = "CALLS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
     pub tls_plaintext_max_rate: u64,
-    /// Processes with per-call TLS probes at once (auto policy).
+    /// Kept for existing command lines; limits nothing since the plaintext
+    /// probes are on the library files for all processes.
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub tls_plaintext_max_processes: u64,
     /// DNS messages on port 53 (cgroup_skb programs on the root cgroup):

@@ -412,8 +412,10 @@ fn print_missing(r: &Report, f: Feature) {
 
 fn print_tls(tls: Option<&TlsReport>) {
     let Some(t) = tls else { return };
-    println!("TLS libraries (uprobes; handshake and server name for every process, per-call");
-    println!("  plaintext probes per process from its first TLS context or session, while its call rate is modest):");
+    println!(
+        "TLS libraries (uprobes on the file, in every process that maps it, from its first byte:"
+    );
+    println!("  handshake, server name and per-call plaintext, the latter off for a process whose call rate is high):");
     if let Some(e) = &t.programs_error {
         println!("  NOT AVAILABLE: {e}: records carry no \"tls\" object");
         return;

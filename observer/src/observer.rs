@@ -142,7 +142,6 @@ impl Observer {
             &mut probes,
             options.tls,
             Path::new("/proc"),
-            &tracefs,
             Box::new(move |probes, path, shown| {
                 let r = dns::attach_resolver_file(probes, path, shown);
                 if let Ok(mut f) = found.lock() {
@@ -352,19 +351,14 @@ impl View<'_> {
         let how = match policy {
             tls::Policy::All => "all processes".to_owned(),
             _ => format!(
-                "auto: per process from its first TLS context or session, under {} calls/s",
+                "auto: every process from its first byte, while under {} calls/s",
                 self.options.tls.max_rate
             ),
         };
         match (attached, failed) {
             (0, Some(e)) => State::Off(format!("per-call probes failed: {e}")),
             (_, Some(e)) => State::Degraded(format!("{how}; some per-call probes failed: {e}")),
-            (_, None) => match tls::uprobe_events::writable(self.tracefs) {
-                Err(e) if policy == tls::Policy::Auto => State::Off(format!(
-                    "per-process probes need write access to uprobe_events: {e}; TLS times come from the socket"
-                )),
-                _ => State::On(how),
-            },
+            (_, None) => State::On(how),
         }
     }
 

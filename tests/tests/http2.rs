@@ -90,17 +90,11 @@ fn is_stream(x: &Value, stream_id: &Value, index: Option<usize>) {
 }
 
 /// One curl process: `warm` over HTTP/1.1 on a connection of its own, then
-/// `urls` with --http2 on one connection: per URL of those its local port,
-/// HTTP version and `time_starttransfer - time_pretransfer` in ms.
-///
-/// curl makes its TLS context right before its handshake, and a fresh
-/// process's per-call probes take 9-23 ms to come (README, "TLS"): the
-/// warm-up request (another host name, so curl does not reuse its
-/// connection) gives them that time, and the h2 connection measured is the
-/// process's second.
-fn curl_h2(warm: &str, urls: &[String]) -> Vec<(u64, String, f64)> {
+/// `urls` with --http2 on one connection of a fresh curl (its first, so its
+/// first bytes are read from its first call): per URL its local port, HTTP
+/// version and `time_starttransfer - time_pretransfer` in ms.
+fn curl_h2(urls: &[String]) -> Vec<(u64, String, f64)> {
     let mut cmd = Command::new("curl");
-    cmd.args(["-sk", "--http1.1", "-o", "/dev/null", warm, "--next"]);
     cmd.args(["-sk", "--http2", "-w"])
         .arg("%{local_port} %{http_version} %{time_pretransfer} %{time_starttransfer}\\n");
     for u in urls {
@@ -148,13 +142,12 @@ fn curl_streams_through_nginx_h2_against_curls_clock() {
     let f = front();
     let port = f.port;
     let w = Watch::start(&["--port", &port.to_string()]);
-    // nginx's worker is announced at its first TLS session (the warm-up);
-    // its per-call probes are in for the connections after it.
-    let warm = format!("https://localhost:{port}/warm");
+    // nginx started before the observer, curl after it, neither warmed
+    // up: the connection is each one's first since the observer started.
     let urls: Vec<String> = (0..3)
         .map(|i| format!("https://127.0.0.1:{port}/item/{i}?q={i}"))
         .collect();
-    let own = curl_h2(&warm, &urls);
+    let own = curl_h2(&urls);
     let out = w.stop();
     assert_eq!(own.len(), 3);
     let cport = own[0].0;

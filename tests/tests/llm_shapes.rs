@@ -263,18 +263,13 @@ fn run_shapes(test: &str, apis: &[&str], tls: bool, style: &str, byte: bool, wat
         runs.push((*api, models, own));
     }
     let out = w.stop();
-    // Over TLS, a fresh process's first connection races its per-process
-    // plaintext probes (an attach waits an RCU grace period, a local
-    // handshake does not): that is issue 29's, with its own tests. Here,
-    // over TLS, a client's calls after its first are held to it; over
-    // plain HTTP every call is, the first of each fresh process included.
-    let skip = usize::from(tls);
+    // Every call is held to its client, the first of each fresh process
+    // included, over TLS too.
     for (api, models, own) in &runs {
         let s = shape_of(api);
         let times: Vec<Times> = models
             .iter()
             .zip(own)
-            .skip(skip)
             .map(|(m, c)| check_call(&out, s, m, c))
             .collect();
         let (ours, theirs): (Vec<f64>, Vec<f64>) = times.iter().map(|t| t.ttft).unzip();

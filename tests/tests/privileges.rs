@@ -58,12 +58,9 @@ fn http_server(ns: Option<&DnsNs>, cert: &Cert, mode: &str) -> HelperServer {
             .arg(cert.cert())
             .arg("--key")
             .arg(cert.key())
-            .args(["--mode", mode])
-            // A fresh curl's per-call probes go on when it makes its TLS
-            // context, and an attach waits an RCU grace period (13-21 ms
-            // here, bench/NOTES.md): a slow handshake keeps its request
-            // after them, so the plaintext first byte is what is checked.
-            .args(["--handshake-delay-ms", "300"]),
+            // No delay in the handshake: a fresh curl's first bytes are
+            // read as they leave (the probes are on libssl before it runs).
+            .args(["--mode", mode]),
     )
 }
 
@@ -140,8 +137,8 @@ fn every_feature_works_with_exactly_the_deploy_capabilities() {
             })
     };
     // HTTPS: the handshake (all-process uprobes on libssl), the first
-    // byte from the plaintext calls (per-process uprobes on curl, a root
-    // process with every capability), the lookup that led to it.
+    // byte from the plaintext calls (uprobes on libssl for all processes,
+    // curl's first connection included), the lookup that led to it.
     let c = conn(tls_port);
     let tls = &c["tls"];
     assert_eq!(tls["library"], "openssl", "{c:#}");

@@ -1,16 +1,17 @@
 //! Finds the TLS libraries processes use and keeps the uprobes on them.
 //!
-//! Handshake probes (a few calls per connection) go on every TLS file for all
-//! processes: the kernel plants them in any process that maps the file, now
-//! or later, so lazily loaded libraries are covered once the file is known.
-//! Plaintext read/write probes cost about 5 us per call in a VM; under the
-//! `auto` policy they go on one process at a time (the kernel then plants the
-//! breakpoints in that process only), when it starts its first TLS session,
-//! and come off again if its call rate says they cost more than they tell.
+//! Every probe, handshake and plaintext read/write alike, goes on every TLS
+//! file for all processes: the kernel plants them in any process that maps
+//! the file, now or later, so a process is followed from its first byte
+//! (an attach made after the process starts loses the race with a local
+//! handshake: it waits an RCU grace period, 13-21 ms, the handshake 2-3 ms).
+//! Plaintext calls cost about 5 us each in a VM; under the `auto` policy a
+//! process whose call rate says they cost more than they tell is turned off
+//! in the kernel (the probes return at once for it, counted), its TLS times
+//! then come from the socket.
 
 use std::{
     collections::{HashMap, HashSet},
-    os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
     sync::mpsc::{Receiver, RecvTimeoutError},
     time::{Duration, Instant},
@@ -22,14 +23,11 @@ use aya::{
 };
 use observer_common::tls::{library, TlsProc, TLS_PROCS_MAP};
 
-use super::{
-    report::{Policy, Settings, TlsFileReport, TlsReport},
-    uprobe_events::{EventId, UprobeEvents},
-};
+use super::report::{Policy, Settings, TlsFileReport, TlsReport};
 use crate::{
     ebpf::{chain, Probes},
     libraries::{
-        elf::{classify, TlsImage},
+        elf::classify,
         procmaps::{executable_files, reachable_path, FileId, Mapping},
         system_libc, LIB_DIRS, MUSL_LIBS,
     },
@@ -52,18 +50,8 @@ pub enum Command {
     Stop,
 }
 
-struct TlsFile {
-    attach: PathBuf,
-    image: TlsImage,
-    report: usize,
-    /// The plaintext hooks' shared uprobe events, made at the first process
-    /// that needs them.
-    plaintext: Option<Vec<EventId>>,
-}
-
-struct Attached {
-    /// One perf event per plaintext hook: closing them takes the probes off.
-    _probes: Vec<OwnedFd>,
+/// A process whose plaintext calls are captured, its rate watched.
+struct Followed {
     /// The process's plaintext call count, and when it was read.
     last_calls: u64,
     last_at: Instant,
@@ -72,16 +60,14 @@ struct Attached {
 pub struct TlsProbes {
     settings: Settings,
     proc_root: PathBuf,
-    /// Every file looked at; None: no TLS library in it.
-    files: HashMap<FileId, Option<TlsFile>>,
-    procs: HashMap<u32, Attached>,
+    /// Every file looked at; true: a TLS library, probed.
+    files: HashMap<FileId, bool>,
+    procs: HashMap<u32, Followed>,
     high_rate: HashSet<u32>,
     scans: Vec<(Instant, u32)>,
     procs_map: Option<BpfHashMap<MapData, u32, TlsProc>>,
     last_rate_check: Instant,
     last_full_scan: Instant,
-    /// Shared uprobe events behind the per-process probes.
-    events: UprobeEvents,
     /// The C library the DNS probes are on already.
     system_libc: Option<FileId>,
     on_c_library: OnCLibrary,
@@ -114,7 +100,6 @@ impl TlsProbes {
         probes: &mut Probes,
         settings: Settings,
         proc_root: &Path,
-        tracefs: &Path,
         on_c_library: OnCLibrary,
     ) -> Self {
         let mut report = TlsReport {
@@ -133,7 +118,6 @@ impl TlsProbes {
             .and_then(|m| BpfHashMap::try_from(m).ok());
         let now = Instant::now();
         Self {
-            events: UprobeEvents::new(tracefs),
             settings,
             proc_root: proc_root.to_owned(),
             files: HashMap::new(),
@@ -190,7 +174,7 @@ impl TlsProbes {
         for pid in pids {
             self.scan(probes, pid);
         }
-        // Processes whose exit we missed keep no probes.
+        // Processes whose exit we missed are not followed.
         let gone: Vec<u32> = self
             .procs
             .keys()
@@ -198,12 +182,13 @@ impl TlsProbes {
             .filter(|p| !self.proc_root.join(p.to_string()).exists())
             .collect();
         for pid in gone {
-            self.detach_process(probes, pid);
+            self.forget(pid);
         }
         self.last_full_scan = Instant::now();
     }
 
-    /// Looks at the files `pid` maps; returns its TLS files.
+    /// Looks at the files `pid` maps (a new one gets its probes); returns
+    /// its TLS files.
     fn scan(&mut self, probes: &mut Probes, pid: u32) -> Vec<Mapping> {
         let maps = match executable_files(&self.proc_root, pid) {
             Ok(m) => m,
@@ -231,7 +216,7 @@ impl TlsProbes {
                     None => continue,
                 }
             }
-            if matches!(self.files.get(&m.id), Some(Some(_))) {
+            if self.files.get(&m.id) == Some(&true) {
                 tls.push(m);
             }
         }
@@ -267,7 +252,7 @@ impl TlsProbes {
                 match img.tls {
                     Some(tls) if self.usable() => tls,
                     _ => {
-                        self.files.insert(id, None);
+                        self.files.insert(id, false);
                         return;
                     }
                 }
@@ -275,7 +260,7 @@ impl TlsProbes {
             Err(e) => {
                 tracing::debug!("{e}");
                 self.report.files_unreadable += 1;
-                self.files.insert(id, None);
+                self.files.insert(id, false);
                 return;
             }
         };
@@ -288,7 +273,7 @@ impl TlsProbes {
             errors: Vec::new(),
         };
         let mut hooks = sites(image.library, Feature::TlsHandshakes);
-        if self.settings.policy == Policy::All {
+        if self.settings.policy != Policy::Off {
             hooks.extend(sites(image.library, Feature::TlsPlaintext));
         }
         for hook in hooks {
@@ -317,16 +302,7 @@ impl TlsProbes {
             report.probes
         );
         self.report.files.push(report);
-        let idx = self.report.files.len() - 1;
-        self.files.insert(
-            id,
-            Some(TlsFile {
-                attach: path.to_owned(),
-                image,
-                report: idx,
-                plaintext: None,
-            }),
-        );
+        self.files.insert(id, true);
     }
 
     pub fn handle(&mut self, probes: &mut Probes, cmd: Command) {
@@ -337,128 +313,53 @@ impl TlsProbes {
                     && !self.procs.contains_key(&pid)
                     && !self.high_rate.contains(&pid)
                 {
-                    self.attach_process(probes, pid);
+                    self.follow(pid);
                 }
             }
             Command::Exec(pid) => {
                 tracing::debug!("TLS: pid {pid} exec");
-                self.forget(probes, pid);
+                self.forget(pid);
                 // Right after exec only the executable (and the loader) are
-                // mapped. A runtime that carries its own TLS library (Node.js)
-                // may handshake inside its first SSL_read, which only the
-                // plaintext probes see: those go on now, before it runs far.
-                let carried = self.scan(probes, pid);
-                if !carried.is_empty() && self.settings.policy == Policy::Auto {
-                    self.attach_process(probes, pid);
-                }
+                // mapped: one that carries its own TLS library (Node.js)
+                // gets its probes now, before it runs far; runtimes load
+                // more later, looked at again.
+                self.scan(probes, pid);
                 let now = Instant::now();
                 self.scans
                     .extend(EXEC_SCANS.iter().map(|d| (now + *d, pid)));
             }
-            Command::Exit(pid) => self.forget(probes, pid),
+            Command::Exit(pid) => self.forget(pid),
             Command::Busy(pid, calls) => {
                 if self.procs.contains_key(&pid) {
                     tracing::info!(
                         "TLS: pid {pid} made {calls} plaintext calls within 50 ms; its TLS times come from the socket now"
                     );
-                    self.fall_back(probes, pid);
+                    self.fall_back(pid);
                 }
             }
             Command::Stop => {}
         }
     }
 
-    /// A process that exits or becomes another program starts afresh.
-    fn forget(&mut self, probes: &mut Probes, pid: u32) {
-        self.detach_process(probes, pid);
+    /// A process that exits or becomes another program starts afresh (its
+    /// kernel entry goes, and with it any "off").
+    fn forget(&mut self, pid: u32) {
+        if self.procs.remove(&pid).is_some() {
+            self.report.plaintext_processes = self.procs.len();
+        }
         self.high_rate.remove(&pid);
         if let Some(map) = &mut self.procs_map {
             let _ = map.remove(&pid);
         }
     }
 
-    fn attach_process(&mut self, probes: &mut Probes, pid: u32) {
-        if self.procs.len() >= self.settings.max_processes {
-            self.report.plaintext_over_cap += 1;
-            return;
-        }
-        let attach_started = Instant::now();
-        let files = self.scan(probes, pid);
-        let mut fds = Vec::new();
-        let mut errors = Vec::new();
-        for m in files {
-            let Some(Some(file)) = self.files.get_mut(&m.id) else {
-                continue;
-            };
-            if file.plaintext.is_none() {
-                // The path the file was found by may have belonged to a
-                // process that is gone (its /proc/PID/root); this one's works.
-                let path = if same_file(&file.attach, m.id) {
-                    file.attach.clone()
-                } else {
-                    match reachable_path(&self.proc_root, pid, &m) {
-                        Some(p) => p,
-                        None => continue,
-                    }
-                };
-                let mut ids = Vec::new();
-                for hook in sites(file.image.library, Feature::TlsPlaintext) {
-                    let Some(offset) = file.image.offset(hook.symbol) else {
-                        continue;
-                    };
-                    let defined = probes
-                        .uprobe_fd(hook.program)
-                        .map_err(|e| chain(&e))
-                        .and_then(|fd| {
-                            self.events.define(
-                                &path,
-                                offset,
-                                hook.ret,
-                                fd.as_fd(),
-                                u64::from(file.image.library),
-                            )
-                        });
-                    let defined =
-                        defined.map_err(|e| format!("{} at {}: {e}", hook.program, hook.symbol));
-                    probes.note_external(
-                        hook.program,
-                        defined.as_ref().map(|_| ()).map_err(Clone::clone),
-                    );
-                    match defined {
-                        Ok(id) => ids.push(id),
-                        Err(e) => errors.push((file.report, e)),
-                    }
-                }
-                file.plaintext = Some(ids);
-            }
-            for &ev in file.plaintext.as_deref().unwrap_or_default() {
-                match self.events.open_for(ev, pid) {
-                    Ok(fd) => fds.push(fd),
-                    Err(e) => errors.push((file.report, format!("pid {pid}: {e}"))),
-                }
-            }
-        }
-        for (idx, e) in errors {
-            self.report.attach_errors += 1;
-            if let Some(r) = self.report.files.get_mut(idx) {
-                if r.errors.len() < 8 {
-                    r.errors.push(e);
-                }
-            }
-        }
-        tracing::debug!(
-            "TLS: pid {pid}: {} plaintext probes attached in {:?}",
-            fds.len(),
-            attach_started.elapsed()
-        );
-        if fds.is_empty() {
-            return;
-        }
+    /// A process began TLS: its plaintext calls are captured already (the
+    /// probes are in every process); from now its rate is watched.
+    fn follow(&mut self, pid: u32) {
         let last_calls = self.calls(pid);
         self.procs.insert(
             pid,
-            Attached {
-                _probes: fds,
+            Followed {
                 last_calls,
                 last_at: Instant::now(),
             },
@@ -467,20 +368,19 @@ impl TlsProbes {
         self.report.plaintext_processes = self.procs.len();
     }
 
-    /// A busy process keeps no per-call probes (until it execs or exits).
-    fn fall_back(&mut self, probes: &mut Probes, pid: u32) {
-        self.detach_process(probes, pid);
+    /// A busy process's plaintext capture is turned off in the kernel
+    /// (until it execs or exits).
+    fn fall_back(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.report.plaintext_processes = self.procs.len();
         self.high_rate.insert(pid);
         self.report.plaintext_fell_back += 1;
-    }
-
-    /// Takes the process's probes off (closing its perf events).
-    fn detach_process(&mut self, _probes: &mut Probes, pid: u32) {
-        let t = Instant::now();
-        if let Some(attached) = self.procs.remove(&pid) {
-            drop(attached);
-            self.report.plaintext_processes = self.procs.len();
-            tracing::debug!("TLS: pid {pid}: plaintext probes off in {:?}", t.elapsed());
+        if let Some(map) = &mut self.procs_map {
+            let mut p = map.get(&pid, 0).unwrap_or_default();
+            p.off = 1;
+            if let Err(e) = map.insert(pid, p, 0) {
+                tracing::warn!("TLS: pid {pid}: its capture could not be turned off: {e}");
+            }
         }
     }
 
@@ -525,7 +425,7 @@ impl TlsProbes {
                 tracing::info!(
                     "TLS: pid {pid} makes {rate:.0} plaintext calls/s; its TLS times come from the socket now"
                 );
-                self.fall_back(probes, pid);
+                self.fall_back(pid);
             }
         }
         if now.duration_since(self.last_full_scan) >= FULL_SCAN {

@@ -5,7 +5,6 @@
 pub mod manager;
 mod record;
 mod report;
-pub mod uprobe_events;
 
 pub use manager::{Command, OnCLibrary, TlsProbes};
 pub use record::{TlsRecord, TtfbSource, TtfbUnmeasured};

@@ -9,7 +9,7 @@ use serde::Serialize;
 pub enum Policy {
     /// Never: TLS times come from the socket after the handshake.
     Off,
-    /// Per process, from its first TLS context or session, while its call rate is modest.
+    /// Every process from its first byte, while its call rate is modest.
     Auto,
     /// On every TLS file for all processes (costly for busy TLS servers).
     All,
@@ -20,7 +20,7 @@ pub struct Settings {
     pub policy: Policy,
     /// Plaintext calls per second above which a process's probes come off.
     pub max_rate: u64,
-    /// Processes with their own plaintext probes at once.
+    /// Unused: kept for `--tls-plaintext-max-processes` (see cli.rs).
     pub max_processes: usize,
 }
 
@@ -32,13 +32,14 @@ pub struct TlsReport {
     /// Why the TLS programs could not be loaded (then nothing is probed).
     pub programs_error: Option<String>,
     pub files: Vec<TlsFileReport>,
-    /// Processes whose plaintext probes are attached now.
+    /// Processes whose plaintext calls are captured now, their rate watched.
     pub plaintext_processes: usize,
-    /// Processes that got plaintext probes, in all.
+    /// Processes whose plaintext calls were captured, in all.
     pub plaintext_attached_total: u64,
-    /// Processes whose plaintext probes came off for their call rate.
+    /// Processes whose capture was turned off for their call rate.
     pub plaintext_fell_back: u64,
-    /// Processes left without plaintext probes because of the process cap.
+    /// Always 0 now (there is no per-process attach to cap); kept in the
+    /// summary's shape.
     pub plaintext_over_cap: u64,
     /// Uprobe attachments that failed.
     pub attach_errors: u64,
