@@ -5,6 +5,10 @@
 pub const UNKNOWN: u8 = 0;
 pub const YES: u8 = 1;
 pub const NO: u8 = 2;
+/// [`crate::Conn::http`]: not HTTP in the clear but TLS records, whose
+/// handshake no library probe saw yet: followed on the wire
+/// ([`crate::tls::wire`]).
+pub const TLS_WIRE: u8 = 3;
 
 /// On a TLS connection first seen after its start, how many calls that do
 /// not begin an HTTP/1.x message are looked at (one may be the rest of an

@@ -298,12 +298,15 @@ pub enum Counter {
     /// Connections found established with no record of their start (begun
     /// before the observer started, or evicted), tracked from then on.
     Adopted = 12,
+    /// TLS connections whose handshake was followed on the wire (no library
+    /// probe had seen it at its ClientHello).
+    TlsWire = 13,
 }
 
 pub const COUNTER_SLOTS: u32 = 16;
 
 impl Counter {
-    pub const ALL: [Counter; 13] = [
+    pub const ALL: [Counter; 14] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -317,6 +320,7 @@ impl Counter {
         Counter::HttpBusy,
         Counter::HttpInsertFailed,
         Counter::Adopted,
+        Counter::TlsWire,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -334,6 +338,7 @@ impl Counter {
             Counter::HttpBusy => "http_busy_connections",
             Counter::HttpInsertFailed => "kernel_http_insert_failed",
             Counter::Adopted => "adopted_midstream",
+            Counter::TlsWire => "tls_wire",
         }
     }
 
@@ -362,6 +367,6 @@ mod pod {
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
 const _: () = assert!(core::mem::size_of::<Conn>() == 168);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);
-const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 168 + 120);
+const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 168 + 128);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 32 + EXEC_PATH_LEN);

@@ -37,15 +37,39 @@ pub mod library {
     pub const OPENSSL: u8 = 1;
     pub const BORINGSSL: u8 = 2;
     pub const GNUTLS: u8 = 3;
+    /// No library probe saw the session: its handshake was read from the
+    /// TLS record headers on the wire (Java, Go, rustls, anything unknown).
+    pub const WIRE: u8 = 4;
 
     pub const fn name(id: u8) -> &'static str {
         match id {
             OPENSSL => "openssl",
             BORINGSSL => "boringssl",
             GNUTLS => "gnutls",
+            WIRE => "wire",
             _ => "unknown",
         }
     }
+}
+
+/// [`TlsConn::wire_stage`]: how far the packet programs followed a TLS
+/// handshake on the wire (library [`library::WIRE`]).
+pub mod wire {
+    /// The ClientHello passed.
+    pub const HELLO: u8 = 1;
+    /// The server's first flight passed.
+    pub const SERVER_FLIGHT: u8 = 2;
+    /// The client's second flight began with a handshake record other than
+    /// a ClientHello (a TLS 1.2 full handshake); the server's last flight
+    /// ends it.
+    pub const TLS12_CLIENT_FLIGHT: u8 = 3;
+    /// A TLS 1.2 handshake ended: the first application record toward the
+    /// server is the request.
+    pub const TLS12_OPEN: u8 = 4;
+    /// The request passed: the first application record back is the answer.
+    pub const TLS12_REQUEST: u8 = 5;
+    /// Nothing more to read on the wire.
+    pub const DONE: u8 = 6;
 }
 
 /// [`TlsConn::flags`]: the handshake completed.
@@ -62,6 +86,9 @@ pub const TLS_LAST_READ: u8 = 8;
 pub const TLS_MIDSTREAM: u8 = 16;
 /// A handshake call or the start of one was seen.
 pub const TLS_HS_STARTED: u8 = 32;
+/// The wire showed a full TLS 1.2 handshake (where TLS 1.3's post-handshake
+/// session tickets cannot be mistaken for the answer).
+pub const TLS_WIRE_12: u8 = 64;
 
 /// TLS timings of one connection. CLOCK_MONOTONIC ns; 0: did not happen.
 #[repr(C)]
@@ -106,6 +133,11 @@ pub struct TlsConn {
     /// Calls looked at while `http` is undecided on a connection first seen
     /// after its start (a call there may begin mid-message).
     pub http_looks: u8,
+    /// Library [`library::WIRE`]: a [`wire`] stage, and whether the
+    /// ClientHello left this socket (1: this end is the client).
+    pub wire_stage: u8,
+    pub wire_hello_out: u8,
+    pub _pad: [u8; 6],
 }
 
 #[repr(C)]
@@ -210,8 +242,8 @@ pub struct TlsNameEvent {
     pub name: [u8; SERVER_NAME_LEN],
 }
 
-const _: () = assert!(core::mem::size_of::<TlsConn>() == 120);
-const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 120 + SERVER_NAME_LEN + 8);
+const _: () = assert!(core::mem::size_of::<TlsConn>() == 128);
+const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 128 + SERVER_NAME_LEN + 8);
 const _: () = assert!(core::mem::size_of::<TlsCall>() == 48);
 const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);

@@ -68,6 +68,13 @@ pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
     entry.submit(submit_flags());
 }
 
+/// A TLS entry for the socket: a library's session tied to it, or a
+/// handshake followed on the wire.
+#[inline(always)]
+fn has_tls(conn: &Conn) -> bool {
+    conn.flags & FLAG_TLS != 0 || conn.http == http::TLS_WIRE
+}
+
 /// Sends the final record of `sk` and forgets it.
 #[inline(always)]
 pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
@@ -78,7 +85,7 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
         unsafe {
             (*ev).conn = *conn;
             (*ev).tls = TlsConn::default();
-            if (*conn).flags & FLAG_TLS != 0 {
+            if has_tls(&*conn) {
                 if let Some(tls) = TLS_CONNS.get_ptr(&sk) {
                     (*ev).tls = *tls;
                 }
@@ -88,7 +95,7 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
     }
     count(Counter::Closed);
     // SAFETY: `conn` still points at the live map value.
-    if unsafe { (*conn).flags } & FLAG_TLS != 0 {
+    if has_tls(unsafe { &*conn }) {
         let _ = TLS_CONNS.remove(&sk);
     }
     let _ = CONNS.remove(&sk);

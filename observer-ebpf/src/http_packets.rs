@@ -40,6 +40,7 @@ use crate::{
     ctx::now_ns,
     events::{is_h2_frame, is_http, reserve, submit_flags},
     maps::{count, CONNS, OWN_SOCKS},
+    tls_wire,
 };
 
 /// Sequence numbers and copy rate of each plain HTTP/1.x connection.
@@ -106,8 +107,17 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     let family = match tracked {
         Some(c) => {
             // SAFETY: a live map value, valid for this program run.
-            let c = unsafe { &*c };
-            if c.http == http::NO || c.flags & FLAG_TLS != 0 {
+            let c = unsafe { &mut *c };
+            if c.http == http::TLS_WIRE && c.flags & FLAG_TLS == 0 {
+                // Done: the socket's packets leave at the mark from now on
+                // (`http` stays TLS_WIRE: its close sends the wire's times).
+                let len = ctx.len() as usize - payload;
+                if !tls_wire::step(ctx, key, payload, len, egress, now_ns()) {
+                    skip(sk);
+                }
+                return None;
+            }
+            if c.http != http::UNKNOWN && c.http != http::YES || c.flags & FLAG_TLS != 0 {
                 skip(sk);
                 return None;
             }
@@ -151,6 +161,12 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
             u32::from_le_bytes(ctx.load::<[u8; 4]>(payload).ok()?)
         };
         let h2 = midstream && len >= 9 && is_h2_frame(&ctx.load::<[u8; 9]>(payload).ok()?);
+        if !midstream && !is_http(start) && tls_wire::starts(ctx, key, payload, egress, now) {
+            // TLS: its plaintext is the library probes', its handshake is
+            // followed here until one of them takes the connection over.
+            conn.http = http::TLS_WIRE;
+            return None;
+        }
         if !is_http(start) && !h2 {
             // A connection first seen mid-way may first show the rest of an
             // answer; the next request tells.

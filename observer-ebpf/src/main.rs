@@ -38,6 +38,8 @@ mod tcp_health;
 mod tls_calls;
 #[cfg(target_arch = "bpf")]
 mod tls_state;
+#[cfg(target_arch = "bpf")]
+mod tls_wire;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

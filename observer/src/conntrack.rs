@@ -290,6 +290,7 @@ impl ConnTable {
                         self.tls_unmeasured.client_socket_only += 1;
                     }
                     Some(TtfbUnmeasured::PlaintextLate) => self.tls_unmeasured.plaintext_late += 1,
+                    Some(TtfbUnmeasured::WireTls13) => self.tls_unmeasured.wire_tls13 += 1,
                     None => {}
                 }
                 join_dns(&mut self.lookups, &mut r);

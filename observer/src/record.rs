@@ -191,6 +191,15 @@ fn span(a: u64, b: u64) -> Option<u64> {
 }
 
 impl ConnRecord {
+    /// The answer's first byte: on TLS the `tls` object's only (the
+    /// socket's first byte back is the server's handshake flight).
+    pub fn answer_ttfb_ns(&self) -> Option<u64> {
+        match &self.tls {
+            Some(t) => t.ttfb_ns,
+            None => self.ttfb_ns,
+        }
+    }
+
     /// Builds the record of `conn`. `owner` is what userspace resolved when the
     /// connection got its process; without it the kernel's view is used.
     pub fn new(conn: &Conn, owner: Option<&Owner>, clock: &Clock, state: State) -> Self {

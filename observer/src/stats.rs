@@ -80,6 +80,10 @@ pub struct Summary {
     pub replaced: u64,
     /// TLS sessions tied to their socket.
     pub tls_bound: u64,
+    /// TLS connections whose handshake was read on the wire (no library
+    /// probe saw it at its start; a library that took over later is not
+    /// subtracted).
+    pub tls_wire: u64,
     /// TLS sessions or connections the kernel could not store (maps full).
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).
@@ -112,6 +116,9 @@ pub struct TlsFirstByteUnmeasured {
     /// The process's plaintext probes came on after the connection's first
     /// exchange.
     pub plaintext_late: u64,
+    /// TLS read on the wire only, not a full TLS 1.2 handshake: the answer
+    /// cannot be told from TLS 1.3 session tickets.
+    pub wire_tls13: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

@@ -313,6 +313,7 @@ pub async fn run_with(
         close_untracked: k(Counter::CloseUntracked),
         replaced: k(Counter::Replaced),
         tls_bound: k(Counter::TlsBound),
+        tls_wire: k(Counter::TlsWire),
         tls_insert_failed: k(Counter::TlsInsertFailed),
         tls_commands_dropped: Stats::get(&stats.tls_commands_full),
         tls_first_byte_unmeasured: end.tls_unmeasured,

@@ -38,6 +38,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("iptables", "iptables"),
     // `observer top` driven in a terminal: send-keys and capture-pane.
     ("tmux", "tmux"),
+    // TLS on the wire: Java's own TLS (JSSE), which no library probe sees.
+    ("javac", "openjdk-17-jdk-headless"),
 ];
 
 fn have(cmd: &str) -> bool {

@@ -112,7 +112,12 @@ impl Call {
             )
         } else {
             (
-                u(&tls["ttfb_ns"]).or_else(|| u(&v["ttfb_ns"])),
+                // On TLS the socket's first byte is the handshake's.
+                if tls.is_object() {
+                    u(&tls["ttfb_ns"])
+                } else {
+                    u(&v["ttfb_ns"])
+                },
                 None,
                 None,
                 None,
@@ -169,7 +174,7 @@ impl Call {
         let mut c = Call {
             record: "connection",
             duration_ns: r.duration_ns.unwrap_or(0),
-            ttfb_ns: r.tls.as_ref().and_then(|t| t.ttfb_ns).or(r.ttfb_ns),
+            ttfb_ns: r.answer_ttfb_ns(),
             ..Call::default()
         };
         c.phases(r);
@@ -191,7 +196,7 @@ impl Call {
         let mut c = Call {
             record: "connection",
             duration_ns: r.duration_ns.unwrap_or(0),
-            ttfb_ns: r.tls.as_ref().and_then(|t| t.ttfb_ns).or(r.ttfb_ns),
+            ttfb_ns: r.answer_ttfb_ns(),
             ..Call::default()
         };
         c.phases_of(r);

@@ -353,7 +353,7 @@ impl Metrics {
         if let Some(h) = r.tls.as_ref().and_then(|t| t.handshake_ns) {
             self.observe(HANDSHAKE, base.clone(), h as f64 / 1e9);
         }
-        if let Some(t) = r.tls.as_ref().and_then(|t| t.ttfb_ns).or(r.ttfb_ns) {
+        if let Some(t) = r.answer_ttfb_ns() {
             self.observe(TTFB, base.clone(), t as f64 / 1e9);
         }
         let mut outcome = base.clone();

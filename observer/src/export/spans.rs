@@ -176,13 +176,16 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
     if let Some(srtt) = r.srtt_us {
         attrs.push(f("observer.tcp.srtt", f64::from(srtt) / 1e6));
     }
-    let ttfb = r.tls.as_ref().and_then(|t| t.ttfb_ns).or(r.ttfb_ns);
+    // On TLS the socket's first byte back is the server's handshake flight:
+    // only the `tls` object's first byte is the answer's.
+    let ttfb = r.answer_ttfb_ns();
     if let Some(t) = ttfb {
         attrs.push(f("observer.ttfb", t as f64 / 1e9));
     }
     let mut error = r.error.map(error_type);
     if let Some(t) = &r.tls {
-        attrs.push(s("observer.tls.library", t.library));
+        attrs.push(s("observer.tls.library", t.library.unwrap_or("none")));
+        attrs.push(s("observer.tls.source", tls_source(t.source)));
         if let Some(v) = t.version {
             attrs.push(s("tls.protocol.version", v));
         }
@@ -331,9 +334,19 @@ fn phase_spans(r: &ConnRecord, e: &Ends, w: &Window, ids: &mut Ids, out: &mut Ve
                 name,
                 from.saturating_sub(setup),
                 len + setup,
-                vec![s("observer.tls.library", t.library)],
+                vec![
+                    s("observer.tls.library", t.library.unwrap_or("none")),
+                    s("observer.tls.source", tls_source(t.source)),
+                ],
             ));
         }
+    }
+}
+
+fn tls_source(s: crate::tls::TlsSource) -> &'static str {
+    match s {
+        crate::tls::TlsSource::Library => "library",
+        crate::tls::TlsSource::Wire => "wire",
     }
 }
 

@@ -7,5 +7,5 @@ mod record;
 mod report;
 
 pub use manager::{Command, OnCLibrary, TlsProbes};
-pub use record::{TlsRecord, TtfbSource, TtfbUnmeasured};
+pub use record::{TlsRecord, TlsSource, TtfbSource, TtfbUnmeasured};
 pub use report::{Policy, Settings, TlsFileReport, TlsReport};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use observer_common::{
-    tls::{library, TLS_HS_DONE, TLS_HS_STARTED, TLS_MIDSTREAM, TLS_PLAINTEXT},
+    tls::{library, TLS_HS_DONE, TLS_HS_STARTED, TLS_MIDSTREAM, TLS_PLAINTEXT, TLS_WIRE_12},
     Conn, TlsConn,
 };
 use serde::Serialize;
@@ -23,6 +23,20 @@ pub enum TtfbSource {
     /// answer out). A client's socket cannot tell the answer's first byte
     /// from TLS 1.3 session tickets, which arrive like answer bytes.
     Socket,
+    /// From the TLS records on the wire after a full TLS 1.2 handshake (no
+    /// session tickets after it): the first application record each way.
+    Wire,
+}
+
+/// Where the `tls` object's times come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsSource {
+    /// The TLS library's own calls (uprobes).
+    Library,
+    /// The TLS record headers in the packets: no library probe saw the
+    /// session (Java, Go, rustls, a stripped binary); `library` is null.
+    Wire,
 }
 
 /// Why a connection that moved data after its handshake has no `ttfb_ns`.
@@ -33,11 +47,16 @@ pub enum TtfbUnmeasured {
     ClientSocketOnly,
     /// The plaintext probes came on after the connection's first exchange.
     PlaintextLate,
+    /// Read on the wire, not a full TLS 1.2 handshake: the answer's first
+    /// record cannot be told from TLS 1.3 session tickets.
+    WireTls13,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TlsRecord {
-    pub library: &'static str,
+    /// null: read on the wire (`source` "wire").
+    pub library: Option<&'static str>,
+    pub source: TlsSource,
     /// Client side: from the TCP connection's establishment to the first TLS
     /// call on it (the client's TLS setup, e.g. creating its SSL_CTX).
     /// `setup_ns + handshake_ns` is curl's `time_appconnect - time_connect`.
@@ -82,6 +101,9 @@ impl TlsRecord {
     ) -> Option<Self> {
         if t.library == 0 {
             return None;
+        }
+        if t.library == library::WIRE {
+            return Some(Self::from_wire(t, direction, state, clock));
         }
         let first_rx_ns = conn.first_rx_ns;
         let done = t.flags & TLS_HS_DONE != 0;
@@ -137,7 +159,8 @@ impl TlsRecord {
             _ => None,
         };
         Some(Self {
-            library: library::name(t.library),
+            library: Some(library::name(t.library)),
+            source: TlsSource::Library,
             setup_ns,
             handshake_ns,
             handshake_error,
@@ -152,6 +175,48 @@ impl TlsRecord {
             ttfb_start_unix_ns: ttfb_ns.and_then(|_| wall(ttfb_from)),
             ttfb_unmeasured,
         })
+    }
+}
+
+impl TlsRecord {
+    /// A handshake read from the record headers on the wire: from the
+    /// ClientHello to the client's Finished (TLS 1.3) or the server's last
+    /// flight (TLS 1.2), as the packets passed this host's stack; the first
+    /// byte only after a full TLS 1.2 handshake.
+    fn from_wire(t: &TlsConn, direction: Direction, state: State, clock: Option<&Clock>) -> Self {
+        let done = t.flags & TLS_HS_DONE != 0;
+        let handshake_ns = if done {
+            span(t.hs_start_ns, t.hs_end_ns)
+        } else {
+            None
+        };
+        let tls12 = t.flags & TLS_WIRE_12 != 0;
+        let (from, to) = match direction {
+            Direction::Outbound => (t.sk_send_after_hs_ns, t.sk_recv_after_send_ns),
+            Direction::Inbound => (t.sk_recv_after_hs_ns, t.sk_send_after_recv_ns),
+        };
+        let ttfb_ns = if tls12 { span(from, to) } else { None };
+        // Moved data after its handshake, and no first byte to give for it.
+        let ttfb_unmeasured =
+            (done && !tls12 && state == State::Closed).then_some(TtfbUnmeasured::WireTls13);
+        let wall = |ns: u64| clock.map(|c| c.to_unix_ns(ns));
+        Self {
+            library: None,
+            source: TlsSource::Wire,
+            setup_ns: None,
+            handshake_ns,
+            handshake_error: None,
+            server_name: None,
+            version: tls12.then_some("1.2"),
+            ttfb_ns,
+            ttfb_source: ttfb_ns.map(|_| TtfbSource::Wire),
+            exchanges: None,
+            plaintext_sent: None,
+            plaintext_received: None,
+            handshake_start_unix_ns: handshake_ns.and_then(|_| wall(t.hs_start_ns)),
+            ttfb_start_unix_ns: ttfb_ns.and_then(|_| wall(from)),
+            ttfb_unmeasured,
+        }
     }
 }
 
@@ -375,7 +440,85 @@ mod tests {
         )
         .unwrap();
         assert_eq!((r.ttfb_ns, r.exchanges), (Some(5_000), Some(3)));
-        assert_eq!(r.library, "gnutls");
+        assert_eq!(r.library, Some("gnutls"));
         assert_eq!(r.server_name.as_deref(), Some("x"));
+    }
+
+    /// A handshake read on the wire: library null; the first byte only
+    /// after a full TLS 1.2 handshake, else none and the reason.
+    #[test]
+    fn from_the_wire() {
+        use observer_common::tls::{wire, TLS_WIRE_12};
+        let t13 = TlsConn {
+            hs_start_ns: 1_000,
+            hs_end_ns: 4_000,
+            library: library::WIRE,
+            flags: TLS_HS_STARTED | TLS_HS_DONE,
+            wire_stage: wire::DONE,
+            ..TlsConn::default()
+        };
+        let r = TlsRecord::new(
+            &t13,
+            &est(400),
+            Direction::Outbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!((r.library, r.source), (None, TlsSource::Wire));
+        assert_eq!(
+            (r.handshake_ns, r.ttfb_ns, r.version),
+            (Some(3_000), None, None)
+        );
+        assert_eq!(r.ttfb_unmeasured, Some(TtfbUnmeasured::WireTls13));
+        let t12 = TlsConn {
+            flags: TLS_HS_STARTED | TLS_HS_DONE | TLS_WIRE_12,
+            sk_send_after_hs_ns: 5_000,
+            sk_recv_after_send_ns: 9_000,
+            sk_recv_after_hs_ns: 5_100,
+            sk_send_after_recv_ns: 8_000,
+            ..t13
+        };
+        let client = TlsRecord::new(
+            &t12,
+            &est(400),
+            Direction::Outbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (client.ttfb_ns, client.ttfb_source, client.version),
+            (Some(4_000), Some(TtfbSource::Wire), Some("1.2"))
+        );
+        assert_eq!(client.ttfb_unmeasured, None);
+        let server = TlsRecord::new(
+            &t12,
+            &est(400),
+            Direction::Inbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(server.ttfb_ns, Some(2_900));
+        // Not finished: no handshake time, nothing counted.
+        let open = TlsConn {
+            flags: TLS_HS_STARTED,
+            hs_end_ns: 0,
+            ..t13
+        };
+        let r = TlsRecord::new(
+            &open,
+            &est(400),
+            Direction::Outbound,
+            State::Closed,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!((r.handshake_ns, r.ttfb_unmeasured), (None, None));
     }
 }

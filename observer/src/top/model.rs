@@ -256,7 +256,7 @@ impl Model {
         s.tls_ns = r.tls.as_ref().and_then(|t| t.handshake_ns);
         // On TLS the socket's first bytes are the handshake's: the answer's
         // first byte is the TLS library's.
-        s.ttfb_ns = r.tls.as_ref().map_or(r.ttfb_ns, |t| t.ttfb_ns);
+        s.ttfb_ns = r.answer_ttfb_ns();
         s.error = r.error.is_some();
         s.retransmits = r.retransmits;
         s.gpu_pct = busiest_gpu(r.gpu.as_ref());

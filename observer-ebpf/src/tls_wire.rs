@@ -1,0 +1,146 @@
+//! TLS handshakes read from the record headers on the wire, for the TLS
+//! stacks no library probe sees (Java's JSSE, Go's crypto/tls, rustls, a
+//! stripped static binary): the packet programs (`http_packets`) hand over
+//! each payload of a connection whose first one was a ClientHello, until the
+//! handshake's end and, on TLS 1.2, the first answer.
+//!
+//! Only the first bytes of a segment are read (a record's content type,
+//! and for a handshake record its message type), so a segment that starts
+//! mid-record is read by its direction alone. The flights:
+//! - TLS 1.3 (and a resumed 1.2): ClientHello; the server's flight; the
+//!   client's Finished (an encrypted record, after a ChangeCipherSpec in the
+//!   same segment or not; a segment of that ChangeCipherSpec alone is not
+//!   the end: Java sends it before reading the server's flight): the end.
+//!   The first answer cannot be told from the session tickets the server
+//!   sends after the handshake: none.
+//! - A HelloRetryRequest: a second ClientHello starts over.
+//! - TLS 1.2: ClientHello; the server's flight; the client's key exchange
+//!   (a handshake record); the server's last flight (ChangeCipherSpec and
+//!   Finished, or a session ticket first): the end. Then the first
+//!   application record toward the server is the request, the first back
+//!   the answer.
+//!
+//! A library probe that ties a session to the socket replaces the entry
+//! (`tls_state::bind`), and the packet programs stop reading it.
+
+use aya_ebpf::programs::SkBuffContext;
+use observer_common::{
+    tls::{library, wire, TLS_HS_DONE, TLS_HS_STARTED, TLS_WIRE_12},
+    Counter, TlsConn,
+};
+
+use crate::maps::{count, TLS_CONNS};
+
+const HANDSHAKE: u8 = 22;
+const CHANGE_CIPHER_SPEC: u8 = 20;
+const APPLICATION_DATA: u8 = 23;
+const CLIENT_HELLO: u8 = 1;
+/// A ChangeCipherSpec record whole: header and its one byte.
+const CCS_RECORD_LEN: usize = 6;
+
+/// The first bytes of a segment: a record's content type, its major
+/// version (3), and where it is a handshake record, its message type.
+#[inline(always)]
+fn head(ctx: &SkBuffContext, payload: usize) -> Option<(u8, u8, u8)> {
+    let b = ctx.load::<[u8; 6]>(payload).ok()?;
+    Some((b[0], b[1], b[5]))
+}
+
+/// A connection's first payload: a ClientHello starts following it (true).
+#[inline(always)]
+pub fn starts(ctx: &SkBuffContext, sk: u64, payload: usize, egress: bool, now: u64) -> bool {
+    let Some((kind, major, msg)) = head(ctx, payload) else {
+        return false;
+    };
+    if kind != HANDSHAKE || major != 3 || msg != CLIENT_HELLO {
+        return false;
+    }
+    let t = TlsConn {
+        hs_start_ns: now,
+        library: library::WIRE,
+        flags: TLS_HS_STARTED,
+        wire_stage: wire::HELLO,
+        wire_hello_out: u8::from(egress),
+        ..TlsConn::default()
+    };
+    // BPF_NOEXIST: a library's entry (its probes saw the handshake) stays.
+    if TLS_CONNS.insert(&sk, &t, 1).is_err() {
+        return false;
+    }
+    count(Counter::TlsWire);
+    true
+}
+
+/// A later payload of a followed connection; false once there is nothing
+/// more to read on the wire (or the entry went: the library took over).
+#[inline(always)]
+pub fn step(
+    ctx: &SkBuffContext,
+    sk: u64,
+    payload: usize,
+    len: usize,
+    egress: bool,
+    now: u64,
+) -> bool {
+    let Some(t) = TLS_CONNS.get_ptr_mut(&sk) else {
+        return false;
+    };
+    // SAFETY: a live map value, valid for this program run.
+    let t = unsafe { &mut *t };
+    if t.library != library::WIRE {
+        return false;
+    }
+    let toward_server = u8::from(egress) == t.wire_hello_out;
+    let Some((kind, _, msg)) = head(ctx, payload) else {
+        return true;
+    };
+    match (t.wire_stage, toward_server) {
+        (wire::HELLO, false) => t.wire_stage = wire::SERVER_FLIGHT,
+        (wire::SERVER_FLIGHT, true) => {
+            if kind == HANDSHAKE && msg == CLIENT_HELLO {
+                // After a HelloRetryRequest: the handshake goes on.
+                t.wire_stage = wire::HELLO;
+            } else if kind == HANDSHAKE {
+                t.wire_stage = wire::TLS12_CLIENT_FLIGHT;
+            } else if kind == CHANGE_CIPHER_SPEC && len <= CCS_RECORD_LEN {
+                // A TLS 1.3 client's compatibility ChangeCipherSpec, sent on
+                // its own before it has read the server's flight (Java's).
+            } else {
+                // The client's Finished (after a ChangeCipherSpec or not).
+                finish(t, now);
+                t.wire_stage = wire::DONE;
+            }
+        }
+        (wire::TLS12_CLIENT_FLIGHT, false) => {
+            if kind == HANDSHAKE || kind == CHANGE_CIPHER_SPEC {
+                finish(t, now);
+                t.flags |= TLS_WIRE_12;
+                t.wire_stage = wire::TLS12_OPEN;
+            }
+        }
+        (wire::TLS12_OPEN, true) if kind == APPLICATION_DATA => {
+            if egress {
+                t.sk_send_after_hs_ns = now;
+            } else {
+                t.sk_recv_after_hs_ns = now;
+            }
+            t.wire_stage = wire::TLS12_REQUEST;
+        }
+        (wire::TLS12_REQUEST, false) if kind == APPLICATION_DATA => {
+            if egress {
+                t.sk_send_after_recv_ns = now;
+            } else {
+                t.sk_recv_after_send_ns = now;
+            }
+            t.wire_stage = wire::DONE;
+        }
+        _ => {}
+    }
+    t.wire_stage != wire::DONE
+}
+
+#[inline(always)]
+fn finish(t: &mut TlsConn, now: u64) {
+    t.hs_end_ns = now;
+    t.flags |= TLS_HS_DONE;
+}

@@ -1,0 +1,149 @@
+//! TLS that no library probe sees (Java's JSSE here; Go's crypto/tls,
+//! rustls and stripped static binaries alike): the handshake read from the
+//! TLS record headers on the wire, `library` null and `source` "wire"; the
+//! answer's first byte only after a full TLS 1.2 handshake, never a
+//! handshake flight or a TLS 1.3 session ticket taken for it.
+//! Java 17's `HttpClient` (helpers/TlsClient.java, compiled here) against
+//! the tests' OpenSSL server, which injects its handshake and answer
+//! delays; its own timer around each call.
+//! Needs root (loads eBPF); see tests/src/lib.rs.
+#![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
+
+use std::process::Command;
+
+use serde_json::Value;
+use tests::*;
+
+const HS_MS: u32 = 100;
+const ANSWER_MS: u32 = 200;
+/// The wire's handshake against the server's own (its library's calls):
+/// the client's Finished leaves just before the server reads it.
+const TOL_MS: f64 = 2.0;
+
+fn ms_of(v: &Value) -> f64 {
+    ms(v.as_u64()
+        .unwrap_or_else(|| panic!("not a number of ns: {v}")))
+}
+
+/// TlsClient.java compiled into a fresh directory (removed on drop).
+struct Java(std::path::PathBuf);
+
+impl Java {
+    fn build() -> Java {
+        let dir = std::env::temp_dir().join(format!("observer-java-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new("javac")
+            .arg("-d")
+            .arg(&dir)
+            .arg(helper("TlsClient.java"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "javac: {out:?}");
+        Java(dir)
+    }
+
+    /// `requests` calls on one connection; `tls12`: held to TLS 1.2. One
+    /// line per call: its path and the call's time by Java's clock.
+    fn run(&self, port: u16, requests: u32, prefix: &str, tls12: bool) -> Vec<Value> {
+        let mut cmd = Command::new("java");
+        if tls12 {
+            cmd.arg("-Djdk.tls.client.protocols=TLSv1.2");
+        }
+        cmd.arg("-cp").arg(&self.0).arg("TlsClient").args([
+            &port.to_string(),
+            &requests.to_string(),
+            prefix,
+        ]);
+        run_json_lines(&mut cmd)
+    }
+}
+
+impl Drop for Java {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The one connection record of `comm` in `direction` with `field` = `value`.
+fn conn<'a>(out: &'a Watched, comm: &str, field: &str, value: &Value) -> &'a Value {
+    let v: Vec<&Value> = out
+        .records
+        .iter()
+        .filter(|r| r["kind"] == "connection" && r["comm"] == comm && &r[field] == value)
+        .collect();
+    assert_eq!(v.len(), 1, "{comm} {field}={value}: {:#?}", out.records);
+    v[0]
+}
+
+/// Java over TLS 1.3 and over TLS 1.2, three kept-alive calls each: each
+/// client connection's handshake from the wire, at least the injected
+/// delay, inside Java's first call (less the answer's delay) and within
+/// TOL_MS of the server's handshake by its library's calls; over TLS 1.3 no
+/// first byte (the server's session tickets come like an answer), counted;
+/// over TLS 1.2 the first byte at least the answer's delay, within TOL_MS
+/// of the server's own.
+#[test]
+fn java_handshakes_from_the_wire() {
+    let Some(_serial) = begin("tls_wire_java", &["openssl", "python3", "java", "javac"]) else {
+        return;
+    };
+    let java = Java::build();
+    let cert = Cert::new();
+    let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let t13 = java.run(server.port, 3, "t13", false);
+    let t12 = java.run(server.port, 3, "t12", true);
+    let out = w.stop();
+    assert_eq!((t13.len(), t12.len()), (3, 3), "{t13:?} {t12:?}");
+    let clients: Vec<&Value> = out
+        .records
+        .iter()
+        .filter(|r| r["kind"] == "connection" && r["comm"] == "java")
+        .collect();
+    assert_eq!(clients.len(), 2, "one connection per client: {clients:#?}");
+    for (c, own, tls12) in [(clients[0], &t13, false), (clients[1], &t12, true)] {
+        let who = if tls12 { "TLS 1.2" } else { "TLS 1.3" };
+        let tls = &c["tls"];
+        assert_eq!(tls["library"], Value::Null, "{who}: {c:#}");
+        assert_eq!(tls["source"], "wire", "{who}: {c:#}");
+        let hs = ms_of(&tls["handshake_ns"]);
+        let first_call = own[0]["ms"].as_f64().unwrap();
+        assert!(
+            hs >= f64::from(HS_MS) && hs <= first_call - f64::from(ANSWER_MS),
+            "{who}: handshake {hs:.3} ms, injected {HS_MS} ms, Java's first call {first_call:.3} ms"
+        );
+        let s = conn(&out, "python3", "remote_port", &c["local_port"]);
+        assert_eq!(s["tls"]["source"], "library", "{s:#}");
+        let server_hs = ms_of(&s["tls"]["handshake_ns"]);
+        assert!(
+            (hs - server_hs).abs() <= TOL_MS,
+            "{who}: handshake on the wire {hs:.3} ms, the server's {server_hs:.3} ms"
+        );
+        if tls12 {
+            assert_eq!(tls["version"], "1.2", "{c:#}");
+            assert_eq!(tls["ttfb_source"], "wire", "{c:#}");
+            let ttfb = ms_of(&tls["ttfb_ns"]);
+            let served = ms_of(&s["tls"]["ttfb_ns"]);
+            assert!(
+                ttfb >= f64::from(ANSWER_MS)
+                    && ttfb <= first_call - hs
+                    && (ttfb - served).abs() <= TOL_MS,
+                "{who}: first byte {ttfb:.3} ms, injected {ANSWER_MS} ms, the server's {served:.3} ms, Java's call {first_call:.3} ms"
+            );
+        } else {
+            assert_eq!(
+                (&tls["ttfb_ns"], &tls["ttfb_source"]),
+                (&Value::Null, &Value::Null),
+                "{c:#}"
+            );
+        }
+    }
+    let summary = out.summary();
+    // Both ends' ClientHellos (the server's until its library took over);
+    // the counter is the host's, so other TLS may add to it.
+    assert!(summary["tls_wire"].as_u64() >= Some(4), "{summary:#}");
+    assert_eq!(
+        summary["tls_first_byte_unmeasured"]["wire_tls13"], 1,
+        "{summary:#}"
+    );
+}
