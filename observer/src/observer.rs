@@ -142,6 +142,7 @@ impl Observer {
             &mut probes,
             options.tls,
             Path::new("/proc"),
+            &tracefs,
             Box::new(move |probes, path, shown| {
                 let r = dns::attach_resolver_file(probes, path, shown);
                 if let Ok(mut f) = found.lock() {

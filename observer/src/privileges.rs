@@ -156,6 +156,14 @@ pub const FEATURE_NEEDS: &[Need] = &[
         why: "tracefs is root's (mode 0700): tracepoint formats and ids are read \
               there",
     },
+    Need {
+        capability: Cap::DacOverride,
+        or: &[],
+        non_root_only: true,
+        features: &[TlsPlaintext],
+        why: "the per-process TLS probes (on a file a busy process maps) are \
+              defined in tracefs's uprobe_events, root's and writable by root only",
+    },
 ];
 
 /// The smallest set that gives every feature, as uid 0: what

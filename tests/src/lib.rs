@@ -336,9 +336,28 @@ impl Watch {
         self.child.id()
     }
 
-    /// What it printed on stderr up to `ready`.
+    /// What it printed on stderr up to `ready` (and since, as far as
+    /// `wait_for_stderr` read).
     pub fn stderr_seen(&self) -> &[String] {
         &self.stderr_seen
+    }
+
+    /// Reads its stderr until a line contains `text` (true), or `timeout`.
+    pub fn wait_for_stderr(&mut self, text: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(text);
+                    self.stderr_seen.push(line);
+                    if found {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
     }
 
     /// Sends `signal` (SIGTERM or SIGINT) and collects everything it printed.

@@ -193,3 +193,67 @@ print(s.getsockname()[1], ttfb)
         TOL_MS,
     );
 }
+
+/// A busy process takes the TLS files it maps per process (so that it
+/// traps no more) until it exits; then they go back to all processes and a
+/// fresh curl's first request is read again. With the rate cap at 100
+/// calls/s: a Python client making 1,500 requests, and the server answering
+/// them, both turn busy; once both are gone, a new server and a fresh curl
+/// (its first request on both ends).
+#[test]
+fn a_busy_process_takes_its_files_per_process_until_it_exits() {
+    let Some(_serial) = begin("tls_first_busy", &["openssl", "python3", "curl"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let busy_server = tls_server(&cert, "tls", 0, 0);
+    let mut w = Watch::start_with_env(
+        &["--tls-plaintext-max-rate", "100"],
+        &[("RUST_LOG", "observer=info")],
+    );
+    let busy = run_json_lines(
+        Command::new("python3")
+            .arg(helper("tls_client.py"))
+            .args(["--port", &busy_server.port.to_string()])
+            .args(["--requests", "1500", "--connections", "1"]),
+    );
+    assert_eq!(busy.len(), 1, "{busy:?}");
+    assert!(
+        w.wait_for_stderr("per process now", std::time::Duration::from_secs(10)),
+        "no file went per process: {:?}",
+        w.stderr_seen()
+    );
+    drop(busy_server);
+    assert!(
+        w.wait_for_stderr("back to all processes", std::time::Duration::from_secs(10)),
+        "the file stayed per process: {:?}",
+        w.stderr_seen()
+    );
+    let server = tls_server(&cert, "tls", 0, 0);
+    let port = server.port;
+    let own = curl(&[format!("https://127.0.0.1:{port}/after/0")]);
+    let out = w.stop();
+    let c = request(&out, "/after/0", "outbound");
+    let s = request(&out, "/after/0", "inbound");
+    assert_eq!(c["comm"], "curl", "{c:#}");
+    assert_eq!(c["local_port"], own[0].0, "{c:#}");
+    assert_eq!(
+        (&c["status"], &s["status"]),
+        (&Value::from(200), &Value::from(200))
+    );
+    let summary = out.summary();
+    let tls = &summary["tls"];
+    assert!(
+        tls["plaintext_fell_back"].as_u64() >= Some(2),
+        "{summary:#}"
+    );
+    assert!(
+        tls["files_per_process_total"].as_u64() >= Some(1),
+        "{summary:#}"
+    );
+    let files = tls["files"].as_array().unwrap();
+    assert!(
+        files.iter().all(|f| f["per_process"] == false),
+        "all back to all processes: {files:#?}"
+    );
+}

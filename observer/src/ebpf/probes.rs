@@ -336,6 +336,21 @@ impl Probes {
         r
     }
 
+    /// Takes off a uprobe attached by `attach_uprobe` (its perf event's close
+    /// waits an RCU grace period under the kernel's trace-event lock).
+    pub fn detach_uprobe(&mut self, name: &'static str, link: UProbeLinkId) {
+        let Ok(p) = typed::<UProbe>(&mut self.ebpf, name) else {
+            return;
+        };
+        match p.detach(link) {
+            Ok(()) => {
+                let s = self.states.entry(name).or_default();
+                s.attached = s.attached.saturating_sub(1);
+            }
+            Err(e) => tracing::debug!("detaching {name}: {e}"),
+        }
+    }
+
     /// A cgroup program of the table on the cgroup directory `dir`, once:
     /// a program that serves two features is asked for by both.
     pub fn attach_cgroup(

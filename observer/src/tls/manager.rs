@@ -5,13 +5,22 @@
 //! the file, now or later, so a process is followed from its first byte
 //! (an attach made after the process starts loses the race with a local
 //! handshake: it waits an RCU grace period, 13-21 ms, the handshake 2-3 ms).
-//! Plaintext calls cost about 5 us each in a VM; under the `auto` policy a
+//!
+//! Plaintext calls cost about 5 us each in a VM, a trap that an all-process
+//! probe costs every process mapping the file. Under the `auto` policy a
 //! process whose call rate says they cost more than they tell is turned off
-//! in the kernel (the probes return at once for it, counted), its TLS times
-//! then come from the socket.
+//! in the kernel at once (the probes return after one lookup), and the files
+//! it maps go per process: the processes followed on them get probes of
+//! their own (they are running: no race), then the all-process ones come
+//! off, so the busy process traps no more. While a file is per process, a
+//! process gets its probes when it starts TLS (its first TLS context or
+//! session), and loses the start of a connection faster than that attach.
+//! When the last busy process on it exits or execs, the file goes back to
+//! all processes.
 
 use std::{
     collections::{HashMap, HashSet},
+    os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
     sync::mpsc::{Receiver, RecvTimeoutError},
     time::{Duration, Instant},
@@ -23,11 +32,14 @@ use aya::{
 };
 use observer_common::tls::{library, TlsProc, TLS_PROCS_MAP};
 
-use super::report::{Policy, Settings, TlsFileReport, TlsReport};
+use super::{
+    report::{Policy, Settings, TlsFileReport, TlsReport},
+    uprobe_events::{EventId, UprobeEvents},
+};
 use crate::{
     ebpf::{chain, Probes},
     libraries::{
-        elf::classify,
+        elf::{classify, TlsImage},
         procmaps::{executable_files, reachable_path, FileId, Mapping},
         system_libc, LIB_DIRS, MUSL_LIBS,
     },
@@ -50,8 +62,24 @@ pub enum Command {
     Stop,
 }
 
+struct TlsFile {
+    attach: PathBuf,
+    image: TlsImage,
+    report: usize,
+    /// The all-process plaintext probes (empty: the file is per process).
+    all: Vec<(&'static str, UProbeLinkId)>,
+    /// The busy processes that made it per process.
+    busy: HashSet<u32>,
+    /// The per-process plaintext hooks' shared uprobe events, made at the
+    /// first process that needs them.
+    plaintext: Option<Vec<EventId>>,
+}
+
 /// A process whose plaintext calls are captured, its rate watched.
 struct Followed {
+    /// Its own probes on the files that are per process: one perf event per
+    /// hook (closing them takes the probes off).
+    probes: HashMap<FileId, Vec<OwnedFd>>,
     /// The process's plaintext call count, and when it was read.
     last_calls: u64,
     last_at: Instant,
@@ -60,14 +88,16 @@ struct Followed {
 pub struct TlsProbes {
     settings: Settings,
     proc_root: PathBuf,
-    /// Every file looked at; true: a TLS library, probed.
-    files: HashMap<FileId, bool>,
+    /// Every file looked at; None: no TLS library in it.
+    files: HashMap<FileId, Option<TlsFile>>,
     procs: HashMap<u32, Followed>,
     high_rate: HashSet<u32>,
     scans: Vec<(Instant, u32)>,
     procs_map: Option<BpfHashMap<MapData, u32, TlsProc>>,
     last_rate_check: Instant,
     last_full_scan: Instant,
+    /// Shared uprobe events behind the per-process probes.
+    events: UprobeEvents,
     /// The C library the DNS probes are on already.
     system_libc: Option<FileId>,
     on_c_library: OnCLibrary,
@@ -100,6 +130,7 @@ impl TlsProbes {
         probes: &mut Probes,
         settings: Settings,
         proc_root: &Path,
+        tracefs: &Path,
         on_c_library: OnCLibrary,
     ) -> Self {
         let mut report = TlsReport {
@@ -118,6 +149,7 @@ impl TlsProbes {
             .and_then(|m| BpfHashMap::try_from(m).ok());
         let now = Instant::now();
         Self {
+            events: UprobeEvents::new(tracefs),
             settings,
             proc_root: proc_root.to_owned(),
             files: HashMap::new(),
@@ -182,7 +214,7 @@ impl TlsProbes {
             .filter(|p| !self.proc_root.join(p.to_string()).exists())
             .collect();
         for pid in gone {
-            self.forget(pid);
+            self.forget(probes, pid);
         }
         self.last_full_scan = Instant::now();
     }
@@ -216,7 +248,7 @@ impl TlsProbes {
                     None => continue,
                 }
             }
-            if self.files.get(&m.id) == Some(&true) {
+            if matches!(self.files.get(&m.id), Some(Some(_))) {
                 tls.push(m);
             }
         }
@@ -252,7 +284,7 @@ impl TlsProbes {
                 match img.tls {
                     Some(tls) if self.usable() => tls,
                     _ => {
-                        self.files.insert(id, false);
+                        self.files.insert(id, None);
                         return;
                     }
                 }
@@ -260,7 +292,7 @@ impl TlsProbes {
             Err(e) => {
                 tracing::debug!("{e}");
                 self.report.files_unreadable += 1;
-                self.files.insert(id, false);
+                self.files.insert(id, None);
                 return;
             }
         };
@@ -270,13 +302,10 @@ impl TlsProbes {
             dev: id.0,
             inode: id.1,
             probes: 0,
+            per_process: false,
             errors: Vec::new(),
         };
-        let mut hooks = sites(image.library, Feature::TlsHandshakes);
-        if self.settings.policy != Policy::Off {
-            hooks.extend(sites(image.library, Feature::TlsPlaintext));
-        }
-        for hook in hooks {
+        for hook in sites(image.library, Feature::TlsHandshakes) {
             let Some(offset) = image.offset(hook.symbol) else {
                 continue;
             };
@@ -302,7 +331,51 @@ impl TlsProbes {
             report.probes
         );
         self.report.files.push(report);
-        self.files.insert(id, true);
+        let idx = self.report.files.len() - 1;
+        let mut file = TlsFile {
+            attach: path.to_owned(),
+            image,
+            report: idx,
+            all: Vec::new(),
+            busy: HashSet::new(),
+            plaintext: None,
+        };
+        if self.settings.policy != Policy::Off {
+            self.attach_all(probes, &mut file);
+        }
+        self.files.insert(id, Some(file));
+    }
+
+    /// The plaintext probes on `file` for all processes.
+    fn attach_all(&mut self, probes: &mut Probes, file: &mut TlsFile) {
+        for hook in sites(file.image.library, Feature::TlsPlaintext) {
+            let Some(offset) = file.image.offset(hook.symbol) else {
+                continue;
+            };
+            match attach(
+                probes,
+                &hook,
+                &file.attach,
+                offset,
+                file.image.library,
+                UProbeScope::AllProcesses,
+            ) {
+                Ok(link) => file.all.push((hook.program, link)),
+                Err(e) => self.file_error(file.report, e),
+            }
+        }
+        if let Some(r) = self.report.files.get_mut(file.report) {
+            r.per_process = false;
+        }
+    }
+
+    fn file_error(&mut self, idx: usize, e: String) {
+        self.report.attach_errors += 1;
+        if let Some(r) = self.report.files.get_mut(idx) {
+            if r.errors.len() < 8 {
+                r.errors.push(e);
+            }
+        }
     }
 
     pub fn handle(&mut self, probes: &mut Probes, cmd: Command) {
@@ -313,28 +386,31 @@ impl TlsProbes {
                     && !self.procs.contains_key(&pid)
                     && !self.high_rate.contains(&pid)
                 {
-                    self.follow(pid);
+                    self.follow(probes, pid);
                 }
             }
             Command::Exec(pid) => {
                 tracing::debug!("TLS: pid {pid} exec");
-                self.forget(pid);
+                self.forget(probes, pid);
                 // Right after exec only the executable (and the loader) are
                 // mapped: one that carries its own TLS library (Node.js)
                 // gets its probes now, before it runs far; runtimes load
                 // more later, looked at again.
-                self.scan(probes, pid);
+                let carried = self.scan(probes, pid);
+                if !carried.is_empty() && self.settings.policy == Policy::Auto {
+                    self.follow(probes, pid);
+                }
                 let now = Instant::now();
                 self.scans
                     .extend(EXEC_SCANS.iter().map(|d| (now + *d, pid)));
             }
-            Command::Exit(pid) => self.forget(pid),
+            Command::Exit(pid) => self.forget(probes, pid),
             Command::Busy(pid, calls) => {
                 if self.procs.contains_key(&pid) {
                     tracing::info!(
                         "TLS: pid {pid} made {calls} plaintext calls within 50 ms; its TLS times come from the socket now"
                     );
-                    self.fall_back(pid);
+                    self.fall_back(probes, pid);
                 }
             }
             Command::Stop => {}
@@ -342,35 +418,55 @@ impl TlsProbes {
     }
 
     /// A process that exits or becomes another program starts afresh (its
-    /// kernel entry goes, and with it any "off").
-    fn forget(&mut self, pid: u32) {
+    /// kernel entry goes, and with it any "off"); a file it kept per
+    /// process goes back to all processes.
+    fn forget(&mut self, probes: &mut Probes, pid: u32) {
         if self.procs.remove(&pid).is_some() {
             self.report.plaintext_processes = self.procs.len();
         }
-        self.high_rate.remove(&pid);
+        if self.high_rate.remove(&pid) {
+            let freed: Vec<FileId> = self
+                .files
+                .iter_mut()
+                .filter_map(|(id, f)| {
+                    let f = f.as_mut()?;
+                    (f.busy.remove(&pid) && f.busy.is_empty()).then_some(*id)
+                })
+                .collect();
+            for id in freed {
+                self.make_all_processes(probes, id);
+            }
+        }
         if let Some(map) = &mut self.procs_map {
             let _ = map.remove(&pid);
         }
     }
 
-    /// A process began TLS: its plaintext calls are captured already (the
-    /// probes are in every process); from now its rate is watched.
-    fn follow(&mut self, pid: u32) {
+    /// A process began TLS: its rate is watched from now, and on the files
+    /// that are per process it gets probes of its own.
+    fn follow(&mut self, probes: &mut Probes, pid: u32) {
         let last_calls = self.calls(pid);
         self.procs.insert(
             pid,
             Followed {
+                probes: HashMap::new(),
                 last_calls,
                 last_at: Instant::now(),
             },
         );
+        for m in self.scan(probes, pid) {
+            if matches!(self.files.get(&m.id), Some(Some(f)) if f.all.is_empty()) {
+                self.attach_process(probes, pid, &m);
+            }
+        }
         self.report.plaintext_attached_total += 1;
         self.report.plaintext_processes = self.procs.len();
     }
 
     /// A busy process's plaintext capture is turned off in the kernel
-    /// (until it execs or exits).
-    fn fall_back(&mut self, pid: u32) {
+    /// (until it execs or exits), and the files it maps go per process so
+    /// that it traps no more.
+    fn fall_back(&mut self, probes: &mut Probes, pid: u32) {
         self.procs.remove(&pid);
         self.report.plaintext_processes = self.procs.len();
         self.high_rate.insert(pid);
@@ -380,6 +476,123 @@ impl TlsProbes {
             p.off = 1;
             if let Err(e) = map.insert(pid, p, 0) {
                 tracing::warn!("TLS: pid {pid}: its capture could not be turned off: {e}");
+            }
+        }
+        for m in self.scan(probes, pid) {
+            let Some(Some(file)) = self.files.get_mut(&m.id) else {
+                continue;
+            };
+            file.busy.insert(pid);
+            if !file.all.is_empty() {
+                self.make_per_process(probes, m.id);
+            }
+        }
+    }
+
+    /// The followed processes that map `id` get their own probes on it,
+    /// then its all-process probes come off.
+    fn make_per_process(&mut self, probes: &mut Probes, id: FileId) {
+        let t = Instant::now();
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            if let Some(m) = self.scan(probes, pid).into_iter().find(|m| m.id == id) {
+                self.attach_process(probes, pid, &m);
+            }
+        }
+        let Some(Some(file)) = self.files.get_mut(&id) else {
+            return;
+        };
+        for (program, link) in file.all.drain(..) {
+            probes.detach_uprobe(program, link);
+        }
+        if let Some(r) = self.report.files.get_mut(file.report) {
+            r.per_process = true;
+        }
+        self.report.files_per_process_total += 1;
+        tracing::info!(
+            "TLS: {} per process now (a busy process maps it), in {:?}",
+            file.attach.display(),
+            t.elapsed()
+        );
+    }
+
+    /// The last busy process on `id` is gone: its plaintext probes go back
+    /// on for all processes, then the per-process ones come off.
+    fn make_all_processes(&mut self, probes: &mut Probes, id: FileId) {
+        let Some(Some(mut file)) = self.files.remove(&id) else {
+            return;
+        };
+        self.attach_all(probes, &mut file);
+        self.files.insert(id, Some(file));
+        for f in self.procs.values_mut() {
+            f.probes.remove(&id);
+        }
+        tracing::info!("TLS: file {id:?} back to all processes");
+    }
+
+    /// `pid`'s own plaintext probes on the file of mapping `m`.
+    fn attach_process(&mut self, probes: &mut Probes, pid: u32, m: &Mapping) {
+        if self
+            .procs
+            .get(&pid)
+            .is_some_and(|f| f.probes.contains_key(&m.id))
+        {
+            return;
+        }
+        let attached: usize = self.procs.values().map(|f| f.probes.len()).sum();
+        if attached >= self.settings.max_processes {
+            self.report.plaintext_over_cap += 1;
+            return;
+        }
+        let Some(Some(file)) = self.files.get_mut(&m.id) else {
+            return;
+        };
+        let mut errors = Vec::new();
+        if file.plaintext.is_none() {
+            // The path the file was found by may have belonged to a process
+            // that is gone (its /proc/PID/root); this one's works.
+            let path = if same_file(&file.attach, m.id) {
+                Some(file.attach.clone())
+            } else {
+                reachable_path(&self.proc_root, pid, m)
+            };
+            let Some(path) = path else { return };
+            let mut ids = Vec::new();
+            for hook in sites(file.image.library, Feature::TlsPlaintext) {
+                let Some(offset) = file.image.offset(hook.symbol) else {
+                    continue;
+                };
+                let lib = u64::from(file.image.library);
+                let defined = probes
+                    .uprobe_fd(hook.program)
+                    .map_err(|e| chain(&e))
+                    .and_then(|fd| self.events.define(&path, offset, hook.ret, fd.as_fd(), lib))
+                    .map_err(|e| format!("{} at {}: {e}", hook.program, hook.symbol));
+                probes.note_external(
+                    hook.program,
+                    defined.as_ref().map(|_| ()).map_err(Clone::clone),
+                );
+                match defined {
+                    Ok(id) => ids.push(id),
+                    Err(e) => errors.push(e),
+                }
+            }
+            file.plaintext = Some(ids);
+        }
+        let mut fds = Vec::new();
+        for &ev in file.plaintext.as_deref().unwrap_or_default() {
+            match self.events.open_for(ev, pid) {
+                Ok(fd) => fds.push(fd),
+                Err(e) => errors.push(format!("pid {pid}: {e}")),
+            }
+        }
+        let idx = file.report;
+        for e in errors {
+            self.file_error(idx, e);
+        }
+        if let Some(f) = self.procs.get_mut(&pid) {
+            if !fds.is_empty() {
+                f.probes.insert(m.id, fds);
             }
         }
     }
@@ -425,7 +638,7 @@ impl TlsProbes {
                 tracing::info!(
                     "TLS: pid {pid} makes {rate:.0} plaintext calls/s; its TLS times come from the socket now"
                 );
-                self.fall_back(pid);
+                self.fall_back(probes, pid);
             }
         }
         if now.duration_since(self.last_full_scan) >= FULL_SCAN {

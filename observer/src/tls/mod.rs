@@ -5,6 +5,7 @@
 pub mod manager;
 mod record;
 mod report;
+pub mod uprobe_events;
 
 pub use manager::{Command, OnCLibrary, TlsProbes};
 pub use record::{TlsRecord, TlsSource, TtfbSource, TtfbUnmeasured};

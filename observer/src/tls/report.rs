@@ -20,7 +20,7 @@ pub struct Settings {
     pub policy: Policy,
     /// Plaintext calls per second above which a process's probes come off.
     pub max_rate: u64,
-    /// Unused: kept for `--tls-plaintext-max-processes` (see cli.rs).
+    /// Per-process probe sets at once (on files that are per process).
     pub max_processes: usize,
 }
 
@@ -38,8 +38,8 @@ pub struct TlsReport {
     pub plaintext_attached_total: u64,
     /// Processes whose capture was turned off for their call rate.
     pub plaintext_fell_back: u64,
-    /// Always 0 now (there is no per-process attach to cap); kept in the
-    /// summary's shape.
+    /// Processes left without their own probes on a per-process file
+    /// because of the cap.
     pub plaintext_over_cap: u64,
     /// Uprobe attachments that failed.
     pub attach_errors: u64,
@@ -47,6 +47,8 @@ pub struct TlsReport {
     pub maps_unreadable: u64,
     /// Files that could not be opened or parsed.
     pub files_unreadable: u64,
+    /// Times a file went per process for a busy process on it.
+    pub files_per_process_total: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -57,5 +59,8 @@ pub struct TlsFileReport {
     pub inode: u64,
     /// Handshake probes attached for all processes.
     pub probes: usize,
+    /// Its plaintext probes are per process now (a busy process maps it);
+    /// false: for all processes.
+    pub per_process: bool,
     pub errors: Vec<String>,
 }
