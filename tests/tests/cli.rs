@@ -167,13 +167,14 @@ fn doctor_reports_every_probe_attached() {
                 && f["probed"][0] == "getaddrinfo"),
         "{resolvers:#?}"
     );
-    // Every program of the object is listed; none failed. Those still
-    // "loaded" wait for something to attach to: the per-process plaintext
-    // programs and BoringSSL's SSL_set_tlsext_host_name (not in OpenSSL 3).
+    // Every program of the object is listed; none failed. The one still
+    // "loaded" waits for something to attach to: BoringSSL's
+    // SSL_set_tlsext_host_name (not in OpenSSL 3). The plaintext programs
+    // are on every TLS file for all processes from the start.
     let programs = v["programs"].as_array().unwrap();
     assert_eq!(programs.len(), observer::programs::PROGRAMS.len());
     for p in programs {
-        let waiting = p["feature"] == "tls_plaintext" || p["program"] == "ssl_set_host_name";
+        let waiting = p["program"] == "ssl_set_host_name";
         let want = if waiting { "loaded" } else { "attached" };
         assert_eq!(p["status"], want, "{p}");
         assert_eq!(p["failures"], 0, "{p}");
@@ -189,12 +190,7 @@ fn doctor_reports_every_probe_attached() {
     }
     // Every program but those waiting (above).
     let all = observer::programs::PROGRAMS;
-    let waiting = all
-        .iter()
-        .filter(|p| {
-            p.feature == observer::programs::Feature::TlsPlaintext || p.name == "ssl_set_host_name"
-        })
-        .count();
+    let waiting = all.iter().filter(|p| p.name == "ssl_set_host_name").count();
     let want = format!(
         "verdict: ok, {}/{} programs attached",
         all.len() - waiting,

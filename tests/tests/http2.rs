@@ -521,11 +521,15 @@ fn connections_begun_before_the_observer() {
         for (i, (&(c, s), o)) in pairs.iter().zip(mine).enumerate() {
             for x in [c, s] {
                 is_stream(x, &o["stream_id"], None);
+                let path = format!("/after/{}", i + 1);
                 if x["headers_undecodable"] == false {
-                    assert_eq!(x["path"], format!("/after/{}", i + 1), "{x:#}");
+                    assert_eq!(x["path"], path, "{x:#}");
                     assert_eq!(x["status"], 200, "{x:#}");
                 } else {
-                    assert_eq!(x["path"], Value::Null, "{x:#}");
+                    // Not decoded whole: what the static table and literals
+                    // tell is kept, the rest null, never a wrong value.
+                    assert!(x["path"].is_null() || x["path"] == path, "{x:#}");
+                    assert!(x["status"].is_null() || x["status"] == 200, "{x:#}");
                 }
             }
             assert_eq!(s["comm"], "nginx");

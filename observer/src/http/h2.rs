@@ -13,8 +13,10 @@
 //! numbers dynamic entries from the newest, so the entries added since then
 //! keep their true indexes: a later block that refers only to them (or to
 //! the static table) decodes right, and one that refers further back fails
-//! and is marked undecodable, never guessed. The same holds for a
-//! connection first seen mid-way (begun before the observer started).
+//! and is marked undecodable, never guessed; what it tells through the
+//! static table and literals (method, path, status, ...) is still kept
+//! (`hpack_partial`). The same holds for a connection first seen mid-way
+//! (begun before the observer started).
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,7 @@ use super::{
     gen_ai::{self, Call},
     grpc::{self, Piece, Rpc},
     head::Head,
+    hpack_partial,
 };
 
 /// The client's connection preface.
@@ -218,6 +221,9 @@ struct Frame {
     pieces: Vec<Piece>,
     /// For a HEADERS frame with its CONTINUATIONs, once whole: the fields.
     fields: Fields,
+    /// `fields` are only those a block that could not be decoded whole
+    /// still told (`hpack_partial`): the rest named unseen table entries.
+    partial: bool,
 }
 
 /// One direction: its frames and its peer's HPACK table.
@@ -468,13 +474,19 @@ impl H2 {
         } else {
             None
         };
+        let mut partial = false;
         if fields.is_none() {
             // What the block added to the peer's table is not known.
             dir.forget_table();
-        }
-        if fields.is_none() {
             *undecodable += 1;
         }
+        // A whole block that named entries we never saw still tells its
+        // static and literal fields (the method, path, status...).
+        let fields = fields.or_else(|| {
+            let p = whole.then(|| hpack_partial::walk(&block)).flatten()?;
+            partial = !p.fields.is_empty();
+            partial.then_some(p.fields)
+        });
         Some(Frame {
             kind: HEADERS,
             flags,
@@ -484,6 +496,7 @@ impl H2 {
             whole,
             pieces: Vec::new(),
             fields,
+            partial,
         })
     }
 
@@ -552,7 +565,7 @@ impl H2 {
             let mut x = Exchange {
                 index: self.from_start.then_some(self.requests),
                 stream_id: Some(f.stream),
-                headers_undecodable: f.fields.is_none(),
+                headers_undecodable: f.fields.is_none() || f.partial,
                 request: head,
                 start_ns: t,
                 last_ns: end_t,
@@ -587,7 +600,7 @@ impl H2 {
         x.response_bytes += frame_bytes;
         x.last_ns = end_t;
         if f.kind == HEADERS {
-            if f.fields.is_none() {
+            if f.fields.is_none() || f.partial {
                 x.headers_undecodable = true;
             }
             if let (Some(rpc), Some(fields)) = (&mut x.rpc, &f.fields) {
@@ -953,7 +966,9 @@ mod tests {
 
     /// A frame header in the uncopied middle: the reader is out of step until
     /// a call starts with a frame, and from there the answer's header blocks
-    /// are undecodable (the table moved unseen), never guessed.
+    /// are undecodable whole (the table moved unseen): what they tell by the
+    /// static table and literals is kept (stream 5's status, a literal with
+    /// a static name), the field naming a lost entry never guessed.
     #[test]
     fn lost_frames_leave_later_headers_undecodable() {
         let mut c = Conversation::default();
@@ -994,7 +1009,7 @@ mod tests {
             [
                 (Some(1), Some(200), false, 9_010),
                 (Some(3), None, true, 0),
-                (Some(5), None, true, 10_010),
+                (Some(5), Some(202), true, 10_010),
             ]
         );
     }

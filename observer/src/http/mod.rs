@@ -13,6 +13,7 @@ mod gen_ai;
 mod grpc;
 mod h2;
 mod head;
+mod hpack_partial;
 mod json;
 mod record;
 pub mod route;
