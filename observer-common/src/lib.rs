@@ -361,6 +361,8 @@ mod pod {
     unsafe impl aya::Pod for super::Conn {}
     unsafe impl aya::Pod for super::TlsConn {}
     unsafe impl aya::Pod for super::tls::TlsProc {}
+    unsafe impl aya::Pod for super::tls::go::GoOffsets {}
+    unsafe impl aya::Pod for super::tls::go::FdWalk {}
 }
 
 // Layout checks: a change here is a wire-format change on both sides.

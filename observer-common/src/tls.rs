@@ -40,6 +40,10 @@ pub mod library {
     /// No library probe saw the session: its handshake was read from the
     /// TLS record headers on the wire (Java, Go, rustls, anything unknown).
     pub const WIRE: u8 = 4;
+    /// Go's crypto/tls, compiled into the executable (probes on its
+    /// functions; the attach cookie's upper bits name the binary, see
+    /// [`super::go`]).
+    pub const GO: u8 = 5;
 
     pub const fn name(id: u8) -> &'static str {
         match id {
@@ -47,6 +51,7 @@ pub mod library {
             BORINGSSL => "boringssl",
             GNUTLS => "gnutls",
             WIRE => "wire",
+            GO => "go",
             _ => "unknown",
         }
     }
@@ -137,7 +142,10 @@ pub struct TlsConn {
     /// ClientHello left this socket (1: this end is the client).
     pub wire_stage: u8,
     pub wire_hello_out: u8,
-    pub _pad: [u8; 6],
+    /// The negotiated protocol version as on the wire (0x0303: TLS 1.2,
+    /// 0x0304: TLS 1.3); 0: not read (only the Go probes read it).
+    pub version: u16,
+    pub _pad: [u8; 4],
 }
 
 #[repr(C)]
@@ -169,7 +177,17 @@ pub mod op {
     pub const WRITE: u8 = 3;
 }
 
-/// The last TLS call a thread made (or is making).
+/// Whose call a [`TlsCall`] is: a C library's calls are a thread's
+/// (`id` = pid_tgid, `g` = 0); Go's are a goroutine's, which may return on
+/// another thread than it entered on (`id` = tgid, `g` = the goroutine).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlsCallKey {
+    pub id: u64,
+    pub g: u64,
+}
+
+/// The last TLS call a thread (or goroutine) made (or is making).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TlsCall {
@@ -201,6 +219,50 @@ pub struct TlsProc {
     /// Nonzero: userspace turned its plaintext capture off (its call rate):
     /// the all-process probes return at once for it.
     pub off: u32,
+}
+
+/// Go's crypto/tls: where the probes find what they read, per executable.
+pub mod go {
+    /// Hash: executable index (the attach cookie >> 8) -> [`GoOffsets`].
+    pub const GO_OFFSETS_MAP: &str = "GO_OFFSETS";
+    /// Go executables probed at once.
+    pub const MAX_GO_BINARIES: u32 = 256;
+
+    /// Byte offsets of the struct fields the Go probes read (from the
+    /// executable's DWARF, or a table keyed by its Go version).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct GoOffsets {
+        /// crypto/tls.Conn.conn: a net.Conn interface (type word, data word).
+        pub conn_conn: u32,
+        pub conn_is_client: u32,
+        pub conn_vers: u32,
+        pub conn_config: u32,
+        pub conn_server_name: u32,
+        pub config_server_name: u32,
+        /// net.conn.fd (a *net.TCPConn starts with its net.conn).
+        pub net_conn_fd: u32,
+        pub netfd_pfd: u32,
+        pub pfd_sysfd: u32,
+        pub _pad: u32,
+    }
+
+    /// Global ([`FdWalk`]): where the kernel keeps a task's open files, to
+    /// go from a Go connection's file descriptor to its socket.
+    pub const FD_WALK_GLOBAL: &str = "FD_WALK";
+
+    /// Byte offsets in the running kernel's structs (from BTF); all 0:
+    /// unknown, Go connections are not tied to their sockets.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct FdWalk {
+        pub task_files: u32,
+        pub files_fdt: u32,
+        pub fdt_max_fds: u32,
+        pub fdt_fd: u32,
+        pub file_private_data: u32,
+        pub socket_sk: u32,
+    }
 }
 
 /// Length of the in-kernel rate window for plaintext calls.
@@ -245,6 +307,9 @@ pub struct TlsNameEvent {
 const _: () = assert!(core::mem::size_of::<TlsConn>() == 128);
 const _: () = assert!(core::mem::size_of::<TlsSession>() == 8 + 128 + SERVER_NAME_LEN + 8);
 const _: () = assert!(core::mem::size_of::<TlsCall>() == 48);
+const _: () = assert!(core::mem::size_of::<TlsCallKey>() == 16);
+const _: () = assert!(core::mem::size_of::<go::GoOffsets>() == 40);
+const _: () = assert!(core::mem::size_of::<go::FdWalk>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsProc>() == 24);

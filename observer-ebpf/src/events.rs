@@ -4,7 +4,7 @@
 use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::ring_buf::RingBufEntry};
 use observer_common::{
     http::{self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
-    tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
+    tls::{library, TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
     CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
 };
 
@@ -261,9 +261,12 @@ pub fn emit_tls_plaintext(
         (s, 0) => s,
         (s, r) => s.min(r),
     };
+    // Go's probes are never put on after a handshake they saw, and its
+    // client reads (the server's session tickets) from the socket inside
+    // a Read begun before its first write: the socket cannot tell there.
     let from_start = tls.flags & TLS_MIDSTREAM == 0
         && tls.hs_end_ns != 0
-        && (first_io == 0 || first_io >= entry_ns);
+        && (tls.library == library::GO || first_io == 0 || first_io >= entry_ns);
     // SAFETY: `ev` points at a reserved record of the right size; `conn` at
     // a live map value.
     let ok = unsafe {

@@ -17,12 +17,13 @@ mod dns_packets;
 #[cfg(target_arch = "bpf")]
 mod events;
 #[cfg(target_arch = "bpf")]
+mod go_tls;
+#[cfg(target_arch = "bpf")]
 mod http_packets;
 #[cfg(target_arch = "bpf")]
 mod inet_sock_set_state;
 #[cfg(target_arch = "bpf")]
 mod libc_resolver;
-#[cfg(target_arch = "bpf")]
 mod libgnutls;
 #[cfg(target_arch = "bpf")]
 mod libssl;

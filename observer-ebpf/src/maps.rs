@@ -2,11 +2,12 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use observer_common::{
     tls::{
-        TlsCall, TlsProc, TlsSession, TlsSessionKey, MAX_TLS_CONNS, MAX_TLS_PROCS,
+        go::{FdWalk, GoOffsets, MAX_GO_BINARIES},
+        TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, MAX_TLS_CONNS, MAX_TLS_PROCS,
         MAX_TLS_SESSIONS, MAX_TLS_THREADS,
     },
     Conn, Counter, TlsConn, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES,
@@ -103,9 +104,30 @@ pub static TLS_SESSIONS: LruHashMap<TlsSessionKey, TlsSession> =
 #[map(name = "TLS_CONNS")]
 pub static TLS_CONNS: LruHashMap<u64, TlsConn> = LruHashMap::with_max_entries(MAX_TLS_CONNS, 0);
 
-/// Thread (pid_tgid) -> its last TLS call.
+/// Thread (or goroutine) -> its last TLS call.
 #[map(name = "TLS_CALLS")]
-pub static TLS_CALLS: LruHashMap<u64, TlsCall> = LruHashMap::with_max_entries(MAX_TLS_THREADS, 0);
+pub static TLS_CALLS: LruHashMap<TlsCallKey, TlsCall> =
+    LruHashMap::with_max_entries(MAX_TLS_THREADS, 0);
+
+/// Go executable (index from the attach cookie) -> its struct offsets.
+#[map(name = "GO_OFFSETS")]
+pub static GO_OFFSETS: HashMap<u32, GoOffsets> = HashMap::with_max_entries(MAX_GO_BINARIES, 0);
+
+/// Where the running kernel keeps a task's open files (from BTF).
+#[no_mangle]
+static FD_WALK: FdWalk = FdWalk {
+    task_files: 0,
+    files_fdt: 0,
+    fdt_max_fds: 0,
+    fdt_fd: 0,
+    file_private_data: 0,
+    socket_sk: 0,
+};
+
+#[inline(always)]
+pub fn fd_walk() -> FdWalk {
+    unsafe { core::ptr::read_volatile(&FD_WALK) }
+}
 
 /// Process (tgid) -> TLS use; a new entry announces the process to userspace.
 #[map(name = "TLS_PROCS")]

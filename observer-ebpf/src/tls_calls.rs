@@ -15,7 +15,9 @@ use aya_ebpf::{
 };
 use observer_common::tls::{library, op};
 
-use crate::tls_state::{announce_process, call_enter, handshake_exit, rw_exit, session_end};
+use crate::tls_state::{
+    announce_process, call_enter, handshake_exit, returning, rw_exit, session_end, thread_call,
+};
 
 #[inline(always)]
 pub fn cookie(ctx: &impl EbpfContext) -> u8 {
@@ -47,7 +49,7 @@ pub fn tls_context_new(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn tls_handshake(ctx: ProbeContext) -> u32 {
     if let Some(s) = session(&ctx) {
-        call_enter(s, op::HANDSHAKE, cookie(&ctx), 0, 0);
+        call_enter(s, op::HANDSHAKE, cookie(&ctx), 0, 0, None);
     }
     0
 }
@@ -61,14 +63,16 @@ pub fn tls_handshake_ret(ctx: RetProbeContext) -> u32 {
     } else {
         ret == 1
     };
-    handshake_exit(done, ret);
+    if let Some(r) = thread_call().and_then(|k| returning(&k)) {
+        handshake_exit(&r, done, ret);
+    }
     0
 }
 
 #[uprobe]
 pub fn tls_read(ctx: ProbeContext) -> u32 {
     if let Some(s) = session(&ctx) {
-        call_enter(s, op::READ, cookie(&ctx), 0, buffer(&ctx));
+        call_enter(s, op::READ, cookie(&ctx), 0, buffer(&ctx), None);
     }
     0
 }
@@ -76,7 +80,7 @@ pub fn tls_read(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn tls_write(ctx: ProbeContext) -> u32 {
     if let Some(s) = session(&ctx) {
-        call_enter(s, op::WRITE, cookie(&ctx), 0, buffer(&ctx));
+        call_enter(s, op::WRITE, cookie(&ctx), 0, buffer(&ctx), None);
     }
     0
 }
@@ -86,7 +90,7 @@ pub fn tls_write(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn ssl_read_ex(ctx: ProbeContext) -> u32 {
     if let (Some(s), Some(p)) = (session(&ctx), ctx.arg::<u64>(3)) {
-        call_enter(s, op::READ, cookie(&ctx), p, buffer(&ctx));
+        call_enter(s, op::READ, cookie(&ctx), p, buffer(&ctx), None);
     }
     0
 }
@@ -94,7 +98,7 @@ pub fn ssl_read_ex(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn ssl_write_ex(ctx: ProbeContext) -> u32 {
     if let (Some(s), Some(p)) = (session(&ctx), ctx.arg::<u64>(3)) {
-        call_enter(s, op::WRITE, cookie(&ctx), p, buffer(&ctx));
+        call_enter(s, op::WRITE, cookie(&ctx), p, buffer(&ctx), None);
     }
     0
 }
@@ -112,7 +116,9 @@ pub fn tls_rw_ret(ctx: RetProbeContext) -> u32 {
         let r: i32 = ctx.ret();
         (i64::from(r), r)
     };
-    rw_exit(n, ret);
+    if let Some(r) = thread_call().and_then(|k| returning(&k)) {
+        rw_exit(&r, n, ret);
+    }
     0
 }
 

@@ -9,9 +9,9 @@ use aya_ebpf::helpers::{
 };
 use observer_common::{
     tls::{
-        op, TlsCall, TlsProc, TlsSession, TlsSessionKey, BIND_WINDOW_NS, RATE_WINDOW_NS,
-        SERVER_NAME_LEN, TLS_HS_DONE, TLS_HS_STARTED, TLS_LAST_READ, TLS_LAST_WRITE, TLS_MIDSTREAM,
-        TLS_PLAINTEXT,
+        op, TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, BIND_WINDOW_NS,
+        RATE_WINDOW_NS, SERVER_NAME_LEN, TLS_HS_DONE, TLS_HS_STARTED, TLS_LAST_READ,
+        TLS_LAST_WRITE, TLS_MIDSTREAM, TLS_PLAINTEXT,
     },
     Conn, Counter, TlsConn, FLAG_TLS,
 };
@@ -167,11 +167,27 @@ fn count_call(p: &mut TlsProc, tgid: u32, now: u64) {
     }
 }
 
-/// Entry of a handshake, read or write call. `count_ptr`: where an `_ex`
-/// call stores its byte count (0: the call returns it).
+/// The key of the current thread's calls (None for the observer's own).
 #[inline(always)]
-pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64, buf: u64) -> Option<()> {
+pub fn thread_call() -> Option<TlsCallKey> {
+    let (_, pid_tgid) = current()?;
+    Some(TlsCallKey { id: pid_tgid, g: 0 })
+}
+
+/// Entry of a handshake, read or write call. `count_ptr`: where an `_ex`
+/// call stores its byte count (0: the call returns it). `call`: whose call
+/// it is, None for the current thread's. Returns the call's session.
+#[inline(always)]
+pub fn call_enter(
+    ssl: u64,
+    operation: u8,
+    library: u8,
+    count_ptr: u64,
+    buf: u64,
+    call: Option<TlsCallKey>,
+) -> Option<*mut TlsSession> {
     let (tgid, pid_tgid) = current()?;
+    let call_key = call.unwrap_or(TlsCallKey { id: pid_tgid, g: 0 });
     let now = now_ns();
     let k = key(tgid, ssl);
     if operation == op::HANDSHAKE {
@@ -218,17 +234,25 @@ pub fn call_enter(ssl: u64, operation: u8, library: u8, count_ptr: u64, buf: u64
             _pad: [0; 5],
             buf,
         };
-        let _ = TLS_CALLS.insert(&pid_tgid, &call, 0);
+        let _ = TLS_CALLS.insert(&call_key, &call, 0);
     }
-    Some(())
+    Some(session)
 }
 
-/// The thread's call in flight, marked returned, with its session's socket
-/// (0: not tied to one yet).
+/// A call returning: the call, where its session's timings go, the time,
+/// and the session's socket (0: not tied to one yet).
+pub struct Returning {
+    pub call: TlsCall,
+    pub tls: *mut TlsConn,
+    pub now: u64,
+    pub sk: u64,
+}
+
+/// The call in flight under `key`, marked returned.
 #[inline(always)]
-fn returning() -> Option<(TlsCall, *mut TlsConn, u64, u64)> {
-    let (tgid, pid_tgid) = current()?;
-    let call = TLS_CALLS.get_ptr_mut(&pid_tgid)?;
+pub fn returning(call_key: &TlsCallKey) -> Option<Returning> {
+    let (tgid, _) = current()?;
+    let call = TLS_CALLS.get_ptr_mut(call_key)?;
     let now = now_ns();
     // SAFETY: a live map value of this thread's.
     let call = unsafe {
@@ -242,14 +266,19 @@ fn returning() -> Option<(TlsCall, *mut TlsConn, u64, u64)> {
     let session = TLS_SESSIONS.get_ptr_mut(&key(tgid, call.ssl))?;
     // SAFETY: a live map value.
     let sk = unsafe { (*session).sk };
-    Some((call, timings(session)?, now, sk))
+    Some(Returning {
+        call,
+        tls: timings(session)?,
+        now,
+        sk,
+    })
 }
 
 /// Return of a handshake call: `done` when it completed the handshake,
 /// else `ret` is kept (a retry on a non-blocking socket, or the error).
 #[inline(always)]
-pub fn handshake_exit(done: bool, ret: i32) -> Option<()> {
-    let (_, tls, now, _) = returning()?;
+pub fn handshake_exit(r: &Returning, done: bool, ret: i32) -> Option<()> {
+    let (tls, now) = (r.tls, r.now);
     // SAFETY: a live map value.
     unsafe {
         if done {
@@ -268,8 +297,8 @@ pub fn handshake_exit(done: bool, ret: i32) -> Option<()> {
 /// library's type has it (`ret` as an int, kept when the call failed during a
 /// handshake). `_ex` calls return 1 and store the count behind a pointer.
 #[inline(always)]
-pub fn rw_exit(n: i64, ret: i32) -> Option<()> {
-    let (call, tls, now, sk) = returning()?;
+pub fn rw_exit(r: &Returning, n: i64, ret: i32) -> Option<()> {
+    let (call, tls, now, sk) = (r.call, r.tls, r.now, r.sk);
     let n = if call.count_ptr == 0 {
         n
     } else if ret == 1 {
@@ -300,7 +329,10 @@ pub fn rw_exit(n: i64, ret: i32) -> Option<()> {
         }
         if tls.flags & TLS_LAST_READ != 0 {
             tls.exchanges_server += 1;
-            if tls.pt_write_after_read_ns == 0 {
+            // A write that entered before the read returned (Go's h2
+            // server writes from one goroutine while another reads) is
+            // not an answer to it.
+            if tls.pt_write_after_read_ns == 0 && call.entry_ns >= tls.pt_first_read_ns {
                 tls.pt_write_after_read_ns = call.entry_ns;
             }
         }
@@ -339,12 +371,53 @@ pub fn set_server_name(ssl: u64, name: u64, library: u8) -> Option<()> {
         None => create(&k, library, 0)?,
     };
     // SAFETY: a live map value; the helper bounds the read by the buffer.
-    unsafe {
+    let len = unsafe {
         let buf: &mut [u8; SERVER_NAME_LEN] = &mut (*session).name;
-        let len = match bpf_probe_read_user_str_bytes(name as *const u8, buf) {
+        match bpf_probe_read_user_str_bytes(name as *const u8, buf) {
             Ok(s) => s.len() as u32,
             Err(_) => return None,
-        };
+        }
+    };
+    name_stored(session, len);
+    Some(())
+}
+
+/// A session's server name, `len` bytes of a Go string at `ptr` (not
+/// NUL-terminated; a longer one is cut).
+#[inline(always)]
+pub fn set_server_name_bytes(session: *mut TlsSession, ptr: u64, len: u64) -> Option<()> {
+    if ptr == 0 || len == 0 {
+        return None;
+    }
+    let len = (len as usize).min(SERVER_NAME_LEN - 1);
+    // SAFETY: a live map value; the read is bounded by the buffer (the mask
+    // tells the verifier so).
+    unsafe {
+        let buf = &mut (*session).name;
+        let n = len & (SERVER_NAME_LEN - 1);
+        if n == 0 {
+            return None;
+        }
+        if aya_ebpf::helpers::generated::bpf_probe_read_user(
+            buf.as_mut_ptr().cast(),
+            n as u32,
+            ptr as *const core::ffi::c_void,
+        ) != 0
+        {
+            return None;
+        }
+        buf[n] = 0;
+        name_stored(session, n as u32);
+    }
+    Some(())
+}
+
+/// The session's name buffer holds a name of `len` bytes: the connection
+/// gets it once.
+#[inline(always)]
+fn name_stored(session: *mut TlsSession, len: u32) {
+    // SAFETY: a live map value.
+    unsafe {
         // Some clients set the name again on every retry (wrk: 3 times per
         // connection); once the connection has it, say it once.
         let sent = (*session).name_len != 0 && (*session).sk != 0;
@@ -353,7 +426,6 @@ pub fn set_server_name(ssl: u64, name: u64, library: u8) -> Option<()> {
             emit_tls_name((*session).sk, &(*session).name, len, now_ns());
         }
     }
-    Some(())
 }
 
 /// Called for socket I/O on a tracked connection `sk` by thread `pid_tgid`:
@@ -361,7 +433,7 @@ pub fn set_server_name(ssl: u64, name: u64, library: u8) -> Option<()> {
 /// socket yet, this is that session's socket.
 #[inline(always)]
 pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
-    let call = TLS_CALLS.get_ptr_mut(&pid_tgid)?;
+    let call = TLS_CALLS.get_ptr_mut(&TlsCallKey { id: pid_tgid, g: 0 })?;
     // SAFETY: live map values, valid for this program run.
     unsafe {
         if (*call).bound != 0 {
@@ -372,6 +444,16 @@ pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
         }
         let session = TLS_SESSIONS.get_ptr_mut(&key((pid_tgid >> 32) as u32, (*call).ssl))?;
         (*call).bound = 1;
+        tie(session, sk, conn, now)
+    }
+}
+
+/// Ties `session` to socket `sk` (its connection `conn`): its timings move
+/// to the socket's entry, and the connection is TLS from now on.
+#[inline(always)]
+pub fn tie(session: *mut TlsSession, sk: u64, conn: &mut Conn, now: u64) -> Option<()> {
+    // SAFETY: live map values, valid for this program run.
+    unsafe {
         if (*session).sk != 0 {
             return None;
         }

@@ -8,6 +8,8 @@
 
 use std::path::Path;
 
+use observer_common::tls::go::FdWalk;
+
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -111,15 +113,40 @@ pub struct KernelOffsets {
     pub sk_err: u32,
     /// `struct tcp_sock`'s `srtt_us` (smoothed RTT << 3).
     pub srtt_us: u32,
+    /// Where a task's open files are, to go from a Go connection's file
+    /// descriptor to its socket; None: Go connections stay untied.
+    #[serde(skip)]
+    pub fd_walk: Option<FdWalk>,
+    /// Whether `fd_walk` was found (for doctor).
+    pub fd_to_socket: bool,
 }
 
 /// Reads both offsets from the running kernel's BTF.
 pub fn kernel_offsets() -> Result<KernelOffsets, String> {
     let data = std::fs::read(Path::new(VMLINUX)).map_err(|e| format!("{VMLINUX}: {e}"))?;
     let get = |s: &str, m: &str| member_offset(&data, s, m).map_err(|e| e.to_string());
+    let fd_walk = fd_walk_of(&data)
+        .map_err(|e| tracing::warn!("Go TLS connections cannot be tied to their sockets: {e}"))
+        .ok();
     Ok(KernelOffsets {
         sk_err: get("sock", "sk_err")?,
         srtt_us: get("tcp_sock", "srtt_us")?,
+        fd_to_socket: fd_walk.is_some(),
+        fd_walk,
+    })
+}
+
+/// task_struct -> files -> fdt -> fd[n] -> file -> private_data (a
+/// `struct socket`) -> sk.
+fn fd_walk_of(btf: &[u8]) -> Result<FdWalk, BtfError> {
+    let get = |s: &str, m: &str| member_offset(btf, s, m);
+    Ok(FdWalk {
+        task_files: get("task_struct", "files")?,
+        files_fdt: get("files_struct", "fdt")?,
+        fdt_max_fds: get("fdtable", "max_fds")?,
+        fdt_fd: get("fdtable", "fd")?,
+        file_private_data: get("file", "private_data")?,
+        socket_sk: get("socket", "sk")?,
     })
 }
 
@@ -200,5 +227,15 @@ mod tests {
             off.srtt_us > 700 && off.srtt_us.is_multiple_of(4),
             "{off:?}"
         );
+        // A socket's file keeps the socket behind private_data; a task's
+        // file table is a pointer away from the task.
+        let w = off.fd_walk.expect("the fd -> socket walk in vmlinux BTF");
+        assert!(off.fd_to_socket);
+        assert!(
+            w.task_files > 100 && w.task_files.is_multiple_of(8),
+            "{w:?}"
+        );
+        assert!(w.file_private_data.is_multiple_of(8), "{w:?}");
+        assert!(w.socket_sk.is_multiple_of(8) && w.socket_sk < 64, "{w:?}");
     }
 }

@@ -325,9 +325,13 @@ impl ConnTable {
                 None
             }
             Event::TlsName { sk, len, name } => {
-                if let Some(live) = self.live.get_mut(&sk) {
-                    let name = String::from_utf8_lossy(&name[..len]);
-                    live.server_name = Some(Arc::from(name.trim_end_matches('\0')));
+                let name = String::from_utf8_lossy(&name[..len]);
+                let name = name.trim_end_matches('\0');
+                // A literal address is never sent as a server name (RFC
+                // 6066); Go's client config holds one when dialing an IP.
+                let literal = name.parse::<std::net::IpAddr>().is_ok();
+                if let Some(live) = self.live.get_mut(&sk).filter(|_| !literal) {
+                    live.server_name = Some(Arc::from(name));
                 }
                 None
             }

@@ -435,4 +435,32 @@ fn print_tls(tls: Option<&TlsReport>) {
             t.files_unreadable, t.maps_unreadable
         );
     }
+    print_go(t);
+}
+
+/// Go executables of running processes: which got crypto/tls probes (and
+/// where their symbols and struct offsets came from), which not and why.
+fn print_go(t: &TlsReport) {
+    if t.go_executables.is_empty() {
+        return;
+    }
+    println!("Go executables (crypto/tls probed in the executable, for all its processes):");
+    for g in &t.go_executables {
+        let version = g.version.as_deref().unwrap_or("go?");
+        match &g.not_probed {
+            None => println!(
+                "  {:<56} {version}: {} probes (symbols: {}, offsets: {})",
+                g.path,
+                g.probes,
+                g.symbols_from
+                    .map_or("-".into(), |s| format!("{s:?}").to_lowercase()),
+                g.offsets_from
+                    .map_or("-".into(), |s| format!("{s:?}").to_lowercase()),
+            ),
+            Some(why) => println!("  {:<56} {version}: not probed: {why}", g.path),
+        }
+    }
+    if t.go_executables_unlisted > 0 {
+        println!("  and {} more", t.go_executables_unlisted);
+    }
 }

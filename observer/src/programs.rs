@@ -61,6 +61,8 @@ pub enum Library {
     /// OpenSSL and BoringSSL (libssl, or a binary that carries it).
     OpenSsl,
     GnuTls,
+    /// Go's crypto/tls, in a Go executable.
+    Go,
     /// A C library's resolver (glibc, musl).
     Libc,
 }
@@ -177,7 +179,15 @@ const fn up(
 }
 
 use Feature::{DnsLibrary, DnsWire, HttpPlain, TlsHandshakes, TlsPlaintext};
-use Library::{GnuTls, Libc, OpenSsl};
+use Library::{GnuTls, Go, Libc, OpenSsl};
+
+/// The program that goes on each RET instruction of the Go functions (Go's
+/// moving stacks rule out return probes).
+pub const GO_RETURN: &str = "go_tls_return";
+const GO_HANDSHAKES: &[(Library, &str)] = &[
+    (Go, "crypto/tls.(*Conn).clientHandshake"),
+    (Go, "crypto/tls.(*Conn).serverHandshake"),
+];
 
 /// Each TLS handshake-path hit costs a trap (~5 us here) in every process, so
 /// only what must be seen from a session's start is on TLS libraries for all
@@ -341,6 +351,40 @@ pub const PROGRAMS: &[Program] = &[
             (GnuTls, "gnutls_record_send"),
         ],
         "plaintext call results: bytes and first byte of the answer",
+    ),
+    // Go's crypto/tls, in each Go executable, for all its processes.
+    up(
+        "go_tls_handshake",
+        false,
+        TlsHandshakes,
+        GO_HANDSHAKES,
+        "Go TLS handshakes: start, socket (through its file descriptor)",
+    ),
+    up(
+        GO_RETURN,
+        false,
+        TlsHandshakes,
+        &[
+            (Go, "crypto/tls.(*Conn).clientHandshake"),
+            (Go, "crypto/tls.(*Conn).serverHandshake"),
+            (Go, "crypto/tls.(*Conn).Read"),
+            (Go, "crypto/tls.(*Conn).Write"),
+        ],
+        "Go TLS call ends (on each RET): handshake end, version, server name, bytes",
+    ),
+    up(
+        "go_tls_read",
+        false,
+        TlsPlaintext,
+        &[(Go, "crypto/tls.(*Conn).Read")],
+        "Go plaintext reads",
+    ),
+    up(
+        "go_tls_write",
+        false,
+        TlsPlaintext,
+        &[(Go, "crypto/tls.(*Conn).Write")],
+        "Go plaintext writes",
     ),
     // Resolver calls, for every process that maps a C library we know.
     up(

@@ -40,6 +40,7 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("tmux", "tmux"),
     // TLS on the wire: Java's own TLS (JSSE), which no library probe sees.
     ("javac", "openjdk-17-jdk-headless"),
+    ("go", "golang-go"),
 ];
 
 fn have(cmd: &str) -> bool {

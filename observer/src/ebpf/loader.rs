@@ -9,7 +9,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use observer_common::{
-    tls::{BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
+    tls::{go::FD_WALK_GLOBAL, BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
     tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES, DNS_WIRE_GLOBAL, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL,
     SK_ERR_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
@@ -82,6 +82,11 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
     let own = std::process::id();
     let offsets = crate::btf::kernel_offsets();
     let (sk_err, srtt) = offsets.as_ref().map_or((0, 0), |o| (o.sk_err, o.srtt_us));
+    let fd_walk = offsets
+        .as_ref()
+        .ok()
+        .and_then(|o| o.fd_walk)
+        .unwrap_or_default();
     let emit_at_destroy =
         tracefs::check_layout(tracefs, &tracepoints::tcp_destroy_sock::LAYOUT).is_ok();
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
@@ -100,6 +105,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .override_global(WAKEUP_BYTES_GLOBAL, &wakeup, true)
         .override_global(SK_ERR_OFFSET_GLOBAL, &sk_err, true)
         .override_global(SRTT_US_OFFSET_GLOBAL, &srtt, true)
+        .override_global(FD_WALK_GLOBAL, &fd_walk, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .override_global(BUSY_CALLS_GLOBAL, &busy_calls, true)
         .override_global(DNS_WIRE_GLOBAL, &u32::from(dns_wire), true)

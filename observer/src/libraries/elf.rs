@@ -140,11 +140,18 @@ fn classify_with(path: &Path, resolver: &mut bool) -> Result<Option<TlsImage>, E
 }
 
 /// The file offset of virtual address `addr` (what uprobes attach to).
-fn file_offset<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>, addr: u64) -> Option<u64> {
+/// Checked arithmetic: Go executables (`golang.rs`) feed it addresses read
+/// from the file itself.
+pub(crate) fn file_offset<'d, R: object::ReadRef<'d>>(
+    obj: &object::File<'d, R>,
+    addr: u64,
+) -> Option<u64> {
     obj.segments().find_map(|seg| {
-        let (start, size) = (seg.address(), seg.size());
         let (off, fsize) = seg.file_range();
-        (addr >= start && addr < start + size && addr - start < fsize).then(|| off + addr - start)
+        let delta = addr.checked_sub(seg.address())?;
+        (delta < seg.size() && delta < fsize)
+            .then(|| off.checked_add(delta))
+            .flatten()
     })
 }
 

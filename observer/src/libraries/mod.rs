@@ -3,6 +3,7 @@
 //! feature reaches into the other.
 
 pub mod elf;
+pub mod golang;
 pub mod procmaps;
 
 use std::path::PathBuf;

@@ -33,6 +33,7 @@ use aya::{
 use observer_common::tls::{library, TlsProc, TLS_PROCS_MAP};
 
 use super::{
+    go::{listed, GoFiles},
     report::{Policy, Settings, TlsFileReport, TlsReport},
     uprobe_events::{EventId, UprobeEvents},
 };
@@ -101,6 +102,7 @@ pub struct TlsProbes {
     /// The C library the DNS probes are on already.
     system_libc: Option<FileId>,
     on_c_library: OnCLibrary,
+    go: GoFiles,
     pub report: TlsReport,
 }
 
@@ -149,6 +151,7 @@ impl TlsProbes {
             .and_then(|m| BpfHashMap::try_from(m).ok());
         let now = Instant::now();
         Self {
+            go: GoFiles::new(probes),
             events: UprobeEvents::new(tracefs),
             settings,
             proc_root: proc_root.to_owned(),
@@ -283,6 +286,11 @@ impl TlsProbes {
                 }
                 match img.tls {
                     Some(tls) if self.usable() => tls,
+                    None if self.usable() => {
+                        self.consider_go(probes, id, path, shown);
+                        self.files.insert(id, None);
+                        return;
+                    }
                     _ => {
                         self.files.insert(id, None);
                         return;
@@ -344,6 +352,22 @@ impl TlsProbes {
             self.attach_all(probes, &mut file);
         }
         self.files.insert(id, Some(file));
+    }
+
+    /// A Go executable gets its crypto/tls probes (for all processes; see
+    /// `tls::go`), or the report says why not.
+    fn consider_go(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
+        let plaintext = self.settings.policy != Policy::Off;
+        let Some((go, file)) = self.go.consider(probes, id, path, shown, plaintext) else {
+            return;
+        };
+        if let Some(file) = file {
+            self.report.attach_errors += file.errors.len() as u64;
+            self.report.files.push(file);
+        }
+        if !listed(&mut self.report.go_executables, go) {
+            self.report.go_executables_unlisted += 1;
+        }
     }
 
     /// The plaintext probes on `file` for all processes.

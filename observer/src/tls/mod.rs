@@ -1,12 +1,14 @@
 //! TLS: which libraries to probe, the probes' lifecycle, and the `tls`
 //! object of connection records. The kernel side is observer-ebpf's
-//! `tls_calls`, `libssl`, `libgnutls` and `tls_state`.
+//! `tls_calls`, `libssl`, `libgnutls`, `go_tls` and `tls_state`.
 
+mod go;
 pub mod manager;
 mod record;
 mod report;
 pub mod uprobe_events;
 
+pub use go::GoExecutableReport;
 pub use manager::{Command, OnCLibrary, TlsProbes};
 pub use record::{TlsRecord, TlsSource, TtfbSource, TtfbUnmeasured};
 pub use report::{Policy, Settings, TlsFileReport, TlsReport};

@@ -67,7 +67,8 @@ pub struct TlsRecord {
     /// The library's last return value of a handshake that did not complete.
     pub handshake_error: Option<i32>,
     pub server_name: Option<Arc<str>>,
-    /// Not read yet (null).
+    /// "1.2", "1.3": read from Go's connection, or a TLS 1.2 handshake on
+    /// the wire; null where not read (the C libraries' probes do not).
     pub version: Option<&'static str>,
     pub ttfb_ns: Option<u64>,
     pub ttfb_source: Option<TtfbSource>,
@@ -83,6 +84,17 @@ pub struct TlsRecord {
     pub ttfb_start_unix_ns: Option<u64>,
     #[serde(skip)]
     pub ttfb_unmeasured: Option<TtfbUnmeasured>,
+}
+
+/// A protocol version as the wire writes it.
+fn version_name(v: u16) -> Option<&'static str> {
+    match v {
+        0x0301 => Some("1.0"),
+        0x0302 => Some("1.1"),
+        0x0303 => Some("1.2"),
+        0x0304 => Some("1.3"),
+        _ => None,
+    }
 }
 
 fn span(a: u64, b: u64) -> Option<u64> {
@@ -165,7 +177,7 @@ impl TlsRecord {
             handshake_ns,
             handshake_error,
             server_name,
-            version: None,
+            version: version_name(t.version),
             ttfb_ns,
             ttfb_source,
             exchanges: plaintext.then_some(exchanges),

@@ -49,6 +49,10 @@ pub struct TlsReport {
     pub files_unreadable: u64,
     /// Times a file went per process for a busy process on it.
     pub files_per_process_total: u64,
+    /// Go executables seen: probed, or why not.
+    pub go_executables: Vec<super::go::GoExecutableReport>,
+    /// Go executables beyond the listed ones.
+    pub go_executables_unlisted: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
