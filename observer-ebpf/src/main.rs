@@ -24,6 +24,7 @@ mod http_packets;
 mod inet_sock_set_state;
 #[cfg(target_arch = "bpf")]
 mod libc_resolver;
+#[cfg(target_arch = "bpf")]
 mod libgnutls;
 #[cfg(target_arch = "bpf")]
 mod libssl;
