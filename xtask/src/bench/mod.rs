@@ -6,6 +6,7 @@
 mod attach;
 mod curl_latency;
 mod daemon;
+mod go_server;
 pub mod load;
 mod nginx;
 mod proc;
@@ -18,6 +19,7 @@ use anyhow::{Context as _, Result};
 use serde_json::{json, Value};
 
 use attach::{Attached, Mode};
+use go_server::{GoServer, GO_HTTPS_PORT};
 use nginx::{Nginx, H2_PORT, HTTPS_PORT, HTTP_PORT};
 
 use crate::{cargo, run_checked, workspace_root};
@@ -38,8 +40,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub flood: Option<usize>,
     /// Only these workloads (https_keepalive, https_keepalive_half_rate,
-    /// https_new_conn, http_keepalive, http_churn, h2_keepalive, flood,
-    /// curl_tls_latency, pipeline, soak). The soak runs only when named here or given --soak-seconds.
+    /// https_new_conn, http_keepalive, http_churn, h2_keepalive,
+    /// go_https_keepalive, flood, curl_tls_latency, pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only re-render bench/RESULTS.md from target/bench/results.json and
@@ -75,7 +77,8 @@ pub struct Sample {
     pub p50_us: f64,
     pub p99_us: f64,
     pub errors: u64,
-    /// The server's (nginx worker's) CPU seconds during the run.
+    /// The server's (nginx worker's, or the Go server's) CPU seconds during
+    /// the run.
     pub server_cpu_s: f64,
     /// The attached tool's CPU seconds during the run.
     pub tool_cpu_s: f64,
@@ -107,6 +110,14 @@ struct Workload {
     /// HTTP/2 with h2load, this many concurrent streams per connection (0:
     /// HTTP/1.1 with wrk).
     h2_streams: u32,
+}
+
+/// The process whose CPU time is the server's cost (nginx's one worker, or
+/// the Go server), and which server it is, for the report.
+#[derive(Debug, Clone, Copy)]
+struct Server {
+    name: &'static str,
+    pid: u32,
 }
 
 fn workloads() -> Vec<Workload> {
@@ -154,6 +165,19 @@ fn workloads() -> Vec<Workload> {
     ]
 }
 
+/// https_keepalive's load (the same wrk settings) on the Go server: the
+/// observer's cost where TLS is Go's crypto/tls rather than OpenSSL.
+fn go_https_keepalive() -> Workload {
+    Workload {
+        name: "go_https_keepalive",
+        url: format!("https://127.0.0.1:{GO_HTTPS_PORT}/"),
+        conns: 16,
+        close: false,
+        paced: false,
+        h2_streams: 0,
+    }
+}
+
 /// HTTPS keep-alive at about half the maximum rate (`max_rps`, the keep-alive
 /// baseline), where latency rather than throughput shows the cost. Each paced
 /// connection offers under 1,000 requests/s (1 ms pause plus the request), so
@@ -180,10 +204,9 @@ fn half_rate(root: &Path, max_rps: f64) -> Result<Workload> {
     })
 }
 
-fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> Result<Sample> {
+fn measure(root: &Path, server: Server, w: &Workload, mode: Mode, secs: u64) -> Result<Sample> {
     let tool = Attached::start(mode, root, &[])?;
-    let worker = nginx.worker().context("nginx has no worker")?;
-    let (s0, t0) = (proc::cpu_seconds(worker), tool.cpu());
+    let (s0, t0) = (proc::cpu_seconds(server.pid), tool.cpu());
     let pace = root.join("bench/pace.lua");
     let r = if w.h2_streams > 0 {
         load::h2load(&w.url, secs, w.conns, w.h2_streams)?
@@ -196,7 +219,7 @@ fn measure(root: &Path, nginx: &Nginx, w: &Workload, mode: Mode, secs: u64) -> R
             w.paced.then_some(pace.as_path()),
         )?
     };
-    let (s1, t1) = (proc::cpu_seconds(worker), tool.cpu());
+    let (s1, t1) = (proc::cpu_seconds(server.pid), tool.cpu());
     let rss = tool.peak_rss();
     let consumed = tool.consumed().unwrap_or_default();
     let t_stop = std::time::Instant::now();
@@ -264,7 +287,7 @@ fn observer_costs(s: &Value) -> (u64, u64) {
 /// observer run with it on, after them, measures the programs.
 fn run_workload(
     root: &Path,
-    nginx: &Nginx,
+    server: Server,
     w: &Workload,
     rounds: u32,
     secs: u64,
@@ -279,7 +302,7 @@ fn run_workload(
     for round in 0..rounds {
         for i in 0..modes.len() {
             let mode = modes[(i + round as usize) % modes.len()];
-            let s = measure(root, nginx, w, mode, secs)
+            let s = measure(root, server, w, mode, secs)
                 .with_context(|| format!("{} under {}", w.name, mode.name()))?;
             eprintln!(
                 "bench: {:<16} round {round} {:<9} {:>10.0} req/s  p50 {:>7.0}us  p99 {:>7.0}us  tool cpu {:.2}s  events {}  dropped {}",
@@ -290,7 +313,7 @@ fn run_workload(
     }
     let costs = {
         let _stats = BpfStats::set(true);
-        measure(root, nginx, w, Mode::Observer, secs)
+        measure(root, server, w, Mode::Observer, secs)
             .with_context(|| format!("{} with bpf_stats", w.name))?
     };
     eprintln!(
@@ -298,6 +321,7 @@ fn run_workload(
         w.name, costs.rps
     );
     let mut v = report::summarize_workload(w.name, rounds, &samples, &costs);
+    v["server"] = json!(server.name);
     annotate(&mut v);
     Ok(v)
 }
@@ -435,6 +459,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         ("h2load", "nghttp2-client"),
         ("bpftrace", "bpftrace"),
         ("openssl", "openssl"),
+        ("go", "golang-go"),
     ])?;
     run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
     if let Some(a) = &args.observer_args {
@@ -450,11 +475,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if want("pipeline") {
         results.push(run_pipeline(&root, quick)?);
     }
+    // Built before anything is measured, so that a missing Go stops the
+    // bench at once rather than after the other workloads.
+    let go_bin = want("go_https_keepalive")
+        .then(|| go_server::build(&root))
+        .transpose()?;
     let nginx = Nginx::start()?;
+    let worker = Server {
+        name: "nginx",
+        pid: nginx.worker().context("nginx has no worker")?,
+    };
     let mut max_rps = None;
     for w in workloads() {
         if want(w.name) {
-            let r = run_workload(&root, &nginx, &w, rounds, secs, peer)?;
+            let r = run_workload(&root, worker, &w, rounds, secs, peer)?;
             if w.name == "https_keepalive" {
                 max_rps = r["baseline_rps"].as_f64();
             }
@@ -463,7 +497,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if want("https_keepalive_half_rate") {
         let w = half_rate(&root, max_rps.unwrap_or(110_000.0))?;
-        results.push(run_workload(&root, &nginx, &w, rounds, secs, peer)?);
+        results.push(run_workload(&root, worker, &w, rounds, secs, peer)?);
+    }
+    if let Some(bin) = &go_bin {
+        let go = GoServer::start(bin, &nginx.dir)?;
+        let server = Server {
+            name: "go",
+            pid: go.pid(),
+        };
+        let w = go_https_keepalive();
+        results.push(run_workload(&root, server, &w, rounds, secs, peer)?);
     }
     if want("curl_tls_latency") {
         let mut v = curl_latency::run(&root, rounds)?;

@@ -183,6 +183,11 @@ fn quartiles(r: &Value) -> String {
     )
 }
 
+/// The workload's server; results from before the Go server were all nginx.
+fn server(r: &Value) -> &str {
+    r["server"].as_str().unwrap_or("nginx")
+}
+
 fn mib(v: &Value, k: &str) -> String {
     format!("{:.1}", f(v, k) / 1048576.0)
 }
@@ -244,12 +249,13 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
         machine(),
         today(),
     ));
-    md.push_str("## Workloads (nginx, 1 worker, on loopback; wrk, 1 thread, 16 connections)\n\n");
-    md.push_str("| workload | date | rounds × s |\n| --- | --- | --- |\n");
+    md.push_str("## Workloads (on loopback: nginx, 1 worker, or the Go server of bench/go_server; wrk, 1 thread, 16 connections)\n\n");
+    md.push_str("| workload | server | date | rounds × s |\n| --- | --- | --- | --- |\n");
     for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
         md.push_str(&format!(
-            "| {} | {} | {} × {}{} |\n",
+            "| {} | {} | {} | {} × {}{} |\n",
             r["name"].as_str().unwrap_or(""),
+            server(r),
             r["date"].as_str().unwrap_or("?"),
             r["rounds"],
             r["seconds"],
@@ -292,14 +298,16 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
             peer,
         ));
     }
-    md.push_str("\n### Per connection and per request (observer side)\n\nConnections count both ends (each loopback connection is two sockets). eBPF: the run time of all the observer's programs together, from one more observer run after the compared rounds with kernel.bpf_stats_enabled on (it adds about 20-30 ns to each program run, so it is off in the compared rounds). OTLP: what the receiver read during the load.\n\n");
-    md.push_str("| workload | mode | connections/s | observer CPU µs/connection | eBPF µs/connection | eBPF µs/request | OTLP KiB/s | scrapes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    md.push_str("\n### Per connection and per request (observer side)\n\nConnections count both ends (each loopback connection is two sockets). eBPF: the run time of all the observer's programs together, from one more observer run after the compared rounds with kernel.bpf_stats_enabled on (it adds about 20-30 ns to each program run, so it is off in the compared rounds). Server CPU: the server process's (nginx's worker's or the Go server's) user and system time per request, without and with the observer (uprobes in the server count there). OTLP: what the receiver read during the load.\n\n");
+    md.push_str("| workload | mode | connections/s | server CPU µs/req, baseline / observer | observer CPU µs/connection | eBPF µs/connection | eBPF µs/request | OTLP KiB/s | scrapes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in results.iter().filter(|r| r.get("baseline_rps").is_some()) {
         md.push_str(&format!(
-            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.3} | {:.1} | {:.0} |\n",
+            "| {} | {} | {:.0} | {:.2} / {:.2} | {:.2} | {:.2} | {:.3} | {:.1} | {:.0} |\n",
             r["name"].as_str().unwrap_or(""),
             r["observer_mode"].as_str().unwrap_or("watch"),
             f(r, "connections_per_s"),
+            f(r, "server_cpu_us_per_request_baseline"),
+            f(r, "server_cpu_us_per_request_observed"),
             f(r, "observer_cpu_us_per_connection"),
             f(r, "ebpf_us_per_connection"),
             f(r, "ebpf_us_per_request"),
