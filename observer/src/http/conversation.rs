@@ -55,6 +55,20 @@ pub struct Exchange {
     pub rpc: Option<Box<Rpc>>,
 }
 
+impl Exchange {
+    /// Its request's head and body were all seen (a body of known length).
+    fn request_whole(&self) -> bool {
+        match self.request.as_ref() {
+            Some(Head {
+                len: Some(head),
+                framing: Framing::Length(body),
+                ..
+            }) => self.request_bytes >= *head as u64 + body,
+            _ => false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stream {
     /// None once a read was too long to be copied whole (its middle unseen).
@@ -130,6 +144,9 @@ pub struct Conversation {
     pub owner_is_client: Option<bool>,
     /// The first request's record was made: what its trace shows.
     pub first_request: Option<crate::record::FirstRequest>,
+    /// A request's first bytes read alone (a few bytes at most), and when:
+    /// the read that follows carries the rest of its head.
+    begun: Option<(Vec<u8>, u64)>,
 }
 
 /// Whether the owner of a connection first seen mid-way is the client, from
@@ -227,13 +244,25 @@ impl Conversation {
     }
 
     fn request_bytes(&mut self, ev: &PlaintextEvent, outbound: bool, done: &mut Vec<Exchange>) {
-        let t = if outbound { ev.entry_ns } else { ev.ret_ns };
-        let (first, second) = pieces(ev);
+        let mut t = if outbound { ev.entry_ns } else { ev.ret_ns };
+        let (mut first, second) = pieces(ev);
+        let mut len = u64::from(ev.len);
+        let joined;
+        if let Some((begun, at)) = self.begun.take() {
+            len += begun.len() as u64;
+            t = at;
+            joined = [begun.as_slice(), first].concat();
+            first = &joined;
+        }
         let starts = head::request(first);
+        // Bytes after a whole request are the next one's, even before its
+        // answer is seen: a server's read and write return on two threads
+        // (Go's net/http reads a byte of the next request while it answers),
+        // so their events can arrive out of order.
         let continuing = self
             .current
             .as_ref()
-            .is_some_and(|x| x.response.is_none() && starts.is_none());
+            .is_some_and(|x| x.response.is_none() && starts.is_none() && !x.request_whole());
         if continuing {
             if let Some(x) = &mut self.current {
                 x.request_bytes += u64::from(ev.len);
@@ -247,7 +276,11 @@ impl Conversation {
             return;
         }
         let Some(h) = starts else {
-            // Request bytes with no request started: not HTTP we follow.
+            if head::could_begin_request(first) {
+                self.begun = Some((first.to_vec(), t));
+            }
+            // Otherwise request bytes with no request started: not HTTP we
+            // follow.
             return;
         };
         // A new request ends the one before (its answer had no length).
@@ -258,7 +291,7 @@ impl Conversation {
         let mut x = Exchange {
             index: (self.from_start == Some(true)).then_some(self.requests),
             start_ns: t,
-            request_bytes: u64::from(ev.len),
+            request_bytes: len,
             ..Exchange::default()
         };
         if let Some((api, call)) = h.path.as_deref().and_then(gen_ai::call_for) {
@@ -549,6 +582,43 @@ mod tests {
         );
         let (x, cut) = c.close().pop().expect("present");
         assert_eq!((x.index, cut), (Some(3), Some(Cut::Closed)));
+    }
+
+    /// Go's net/http server reads one byte of the next request while it
+    /// answers the last (to see a close); the rest comes in the next read.
+    #[test]
+    fn a_request_whose_first_byte_was_read_alone() {
+        let mut c = Conversation::default();
+        c.feed(&call(op::READ, 1000, b"GET /a HTTP/1.1\r\n\r\n"), false);
+        // Its read may return before the answer's write does.
+        c.feed(&call(op::READ, 1200, b"G"), false);
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        let first = c.feed(&call(op::WRITE, 1100, ok), false);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].request_bytes, 19);
+        c.feed(
+            &call(op::READ, 2000, b"ET /b HTTP/1.1\r\nHost: h\r\n\r\n"),
+            false,
+        );
+        let done = c.feed(&call(op::WRITE, 2500, ok), false);
+        assert_eq!(done.len(), 1);
+        let x = &done[0];
+        assert_eq!(
+            x.request.as_ref().and_then(|h| h.path.as_deref()),
+            Some("/b")
+        );
+        assert_eq!(x.index, Some(2));
+        // It began when its first byte was read; all its bytes count.
+        assert_eq!(x.start_ns, 1210);
+        assert_eq!(x.request_bytes, 28);
+        // Bytes that cannot begin a request are not kept.
+        c.feed(&call(op::READ, 3000, b"xyz"), false);
+        c.feed(&call(op::READ, 3100, b"GET /c HTTP/1.1\r\n\r\n"), false);
+        let done = c.feed(&call(op::WRITE, 3500, ok), false);
+        assert_eq!(
+            done[0].request.as_ref().and_then(|h| h.path.as_deref()),
+            Some("/c")
+        );
     }
 
     #[test]

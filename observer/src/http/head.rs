@@ -30,6 +30,17 @@ const METHODS: [&str; 9] = [
     "GET", "POST", "PUT", "HEAD", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
 ];
 
+/// Whether `b` could be the first bytes of a request read alone: a method
+/// cut short, or a method and its space (Go's net/http server reads one
+/// byte of the next request while it answers the last, to see a close).
+pub fn could_begin_request(b: &[u8]) -> bool {
+    !b.is_empty()
+        && METHODS.iter().any(|m| {
+            let m = m.as_bytes();
+            b.len() <= m.len() + 1 && b.iter().zip(m.iter().chain(b" ")).all(|(x, y)| x == y)
+        })
+}
+
 /// A request head at the start of `b`.
 pub fn request(b: &[u8]) -> Option<Head> {
     let (first, headers, len) = split(b)?;
@@ -158,5 +169,15 @@ mod tests {
         // The head's end not seen: its length is unknown.
         let cut = response(b"HTTP/1.1 200 OK\r\nServer: x").expect("present");
         assert_eq!((cut.len, cut.framing), (None, Framing::Close));
+    }
+
+    #[test]
+    fn the_first_bytes_of_a_request() {
+        for b in [&b"G"[..], b"GE", b"GET", b"GET ", b"OPT", b"OPTIONS "] {
+            assert!(could_begin_request(b), "{b:?}");
+        }
+        for b in [&b""[..], b"GET /", b"X", b"get", b"GETX", b"HTTP/1.1"] {
+            assert!(!could_begin_request(b), "{b:?}");
+        }
     }
 }
