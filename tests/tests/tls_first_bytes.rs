@@ -39,11 +39,16 @@ fn request<'a>(out: &'a Watched, path: &str, direction: &str) -> &'a Value {
 }
 
 /// One fresh curl fetching `urls` (HTTP/1.1, one kept-alive connection):
-/// per URL, its local port and `time_starttransfer - time_pretransfer` (ms).
+/// per URL, its local port and `time_starttransfer - time_appconnect` (ms).
+/// Not from `time_pretransfer`: curl reads that clock after writing the
+/// request, so a curl scheduled out in between reports less than the wait
+/// its request met. `time_appconnect` is the handshake's end on a new
+/// connection, the transfer's start (0) on a reused one: before the
+/// request either way.
 fn curl(urls: &[String]) -> Vec<(u64, f64)> {
     let mut cmd = Command::new("curl");
     cmd.args(["-sk", "--http1.1", "-w"])
-        .arg("%{local_port} %{time_pretransfer} %{time_starttransfer}\\n");
+        .arg("%{local_port} %{time_appconnect} %{time_starttransfer}\\n");
     for u in urls {
         cmd.args(["-o", "/dev/null", u]);
     }
