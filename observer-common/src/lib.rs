@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod dns;
+pub mod hold;
 pub mod http;
 pub mod tls;
 pub mod tracepoints;
@@ -301,12 +302,19 @@ pub enum Counter {
     /// TLS connections whose handshake was followed on the wire (no library
     /// probe had seen it at its ClientHello).
     TlsWire = 13,
+    /// Processes stopped at exec until their new executable was looked at
+    /// (see [`hold`]).
+    ExecHeld = 14,
+    /// A process that should have been held ran on (its report could not be
+    /// queued, or the signal was refused): its first connection may be
+    /// missed.
+    ExecHoldFailed = 15,
 }
 
 pub const COUNTER_SLOTS: u32 = 16;
 
 impl Counter {
-    pub const ALL: [Counter; 14] = [
+    pub const ALL: [Counter; 16] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -321,6 +329,8 @@ impl Counter {
         Counter::HttpInsertFailed,
         Counter::Adopted,
         Counter::TlsWire,
+        Counter::ExecHeld,
+        Counter::ExecHoldFailed,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -339,6 +349,8 @@ impl Counter {
             Counter::HttpInsertFailed => "kernel_http_insert_failed",
             Counter::Adopted => "adopted_midstream",
             Counter::TlsWire => "tls_wire",
+            Counter::ExecHeld => "exec_held",
+            Counter::ExecHoldFailed => "exec_hold_failed",
         }
     }
 
@@ -350,6 +362,7 @@ impl Counter {
                 | Counter::ConnInsertFailed
                 | Counter::TlsInsertFailed
                 | Counter::HttpInsertFailed
+                | Counter::ExecHoldFailed
         )
     }
 }
@@ -363,6 +376,8 @@ mod pod {
     unsafe impl aya::Pod for super::tls::TlsProc {}
     unsafe impl aya::Pod for super::tls::go::GoOffsets {}
     unsafe impl aya::Pod for super::tls::go::FdWalk {}
+    unsafe impl aya::Pod for super::hold::ExeWalk {}
+    unsafe impl aya::Pod for super::hold::ExeKey {}
 }
 
 // Layout checks: a change here is a wire-format change on both sides.

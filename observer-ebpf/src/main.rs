@@ -17,6 +17,8 @@ mod dns_packets;
 #[cfg(target_arch = "bpf")]
 mod events;
 #[cfg(target_arch = "bpf")]
+mod exec_hold;
+#[cfg(target_arch = "bpf")]
 mod go_tls;
 #[cfg(target_arch = "bpf")]
 mod http_packets;

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use observer_common::tls::go::FdWalk;
+use observer_common::{hold::ExeWalk, tls::go::FdWalk};
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
@@ -30,6 +30,7 @@ pub enum BtfError {
 
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
     b.get(off..off + 4)
@@ -58,52 +59,125 @@ fn trailer(kind: u32, vlen: usize) -> Result<usize, BtfError> {
 }
 
 /// Byte offset of `member` in `struct strukt`, from raw BTF (little endian).
+/// A member inside an anonymous struct or union of `strukt` counts as its
+/// own (the kernel wraps most of `mm_struct` in one).
 pub fn member_offset(btf: &[u8], strukt: &str, member: &str) -> Result<u32, BtfError> {
-    if btf.len() < 24 || u16::from_le_bytes([btf[0], btf[1]]) != MAGIC {
-        return Err(BtfError::Malformed("bad magic"));
+    Types::parse(btf)?.member(strukt, member)
+}
+
+/// The type section, indexed by type id.
+struct Types<'a> {
+    types: &'a [u8],
+    strings: &'a [u8],
+    /// Start of each type's record; index 0 stands for id 1.
+    starts: Vec<usize>,
+}
+
+/// Anonymous structs nest a few levels at most; a loop in bad BTF stops here.
+const MAX_NESTING: u32 = 8;
+
+impl<'a> Types<'a> {
+    fn parse(btf: &'a [u8]) -> Result<Self, BtfError> {
+        if btf.len() < 24 || u16::from_le_bytes([btf[0], btf[1]]) != MAGIC {
+            return Err(BtfError::Malformed("bad magic"));
+        }
+        let hdr_len = u32_at(btf, 4)? as usize;
+        let (type_off, type_len) = (u32_at(btf, 8)? as usize, u32_at(btf, 12)? as usize);
+        let (str_off, str_len) = (u32_at(btf, 16)? as usize, u32_at(btf, 20)? as usize);
+        let types = btf
+            .get(hdr_len + type_off..hdr_len + type_off + type_len)
+            .ok_or(BtfError::Malformed("type section out of bounds"))?;
+        let strings = btf
+            .get(hdr_len + str_off..hdr_len + str_off + str_len)
+            .ok_or(BtfError::Malformed("string section out of bounds"))?;
+        let mut starts = Vec::new();
+        let mut pos = 0;
+        while pos + 12 <= types.len() {
+            starts.push(pos);
+            let info = u32_at(types, pos + 4)?;
+            pos += 12 + trailer((info >> 24) & 0x1f, (info & 0xffff) as usize)?;
+        }
+        Ok(Self {
+            types,
+            strings,
+            starts,
+        })
     }
-    let hdr_len = u32_at(btf, 4)? as usize;
-    let (type_off, type_len) = (u32_at(btf, 8)? as usize, u32_at(btf, 12)? as usize);
-    let (str_off, str_len) = (u32_at(btf, 16)? as usize, u32_at(btf, 20)? as usize);
-    let types = btf
-        .get(hdr_len + type_off..hdr_len + type_off + type_len)
-        .ok_or(BtfError::Malformed("type section out of bounds"))?;
-    let strings = btf
-        .get(hdr_len + str_off..hdr_len + str_off + str_len)
-        .ok_or(BtfError::Malformed("string section out of bounds"))?;
-    let mut pos = 0;
-    while pos + 12 <= types.len() {
-        let name_off = u32_at(types, pos)?;
-        let info = u32_at(types, pos + 4)?;
-        let kind = (info >> 24) & 0x1f;
-        let vlen = (info & 0xffff) as usize;
-        let kind_flag = info >> 31 == 1;
-        let body = pos + 12;
-        if kind == KIND_STRUCT && str_at(strings, name_off) == strukt.as_bytes() {
-            for i in 0..vlen {
-                let m = body + 12 * i;
-                if str_at(strings, u32_at(types, m)?) != member.as_bytes() {
-                    continue;
-                }
-                let raw = u32_at(types, m + 8)?;
-                // With kind_flag the top 8 bits hold a bit-field size.
-                let (bit_size, bit_off) = if kind_flag {
-                    (raw >> 24, raw & 0x00ff_ffff)
-                } else {
-                    (0, raw)
-                };
-                if bit_size != 0 || bit_off % 8 != 0 {
-                    return Err(BtfError::BitField(member.to_owned()));
-                }
-                return Ok(bit_off / 8);
+
+    /// (name offset, info) of type `id`.
+    fn head(&self, id: u32) -> Result<(usize, u32, u32), BtfError> {
+        let pos = *id
+            .checked_sub(1)
+            .and_then(|i| self.starts.get(i as usize))
+            .ok_or(BtfError::Malformed("type id out of range"))?;
+        Ok((pos, u32_at(self.types, pos)?, u32_at(self.types, pos + 4)?))
+    }
+
+    fn member(&self, strukt: &str, member: &str) -> Result<u32, BtfError> {
+        let not_found = || BtfError::NotFound {
+            strukt: strukt.to_owned(),
+            member: member.to_owned(),
+        };
+        let id = self.struct_named(strukt)?.ok_or_else(not_found)?;
+        self.find_member(id, member.as_bytes(), 0, 0)?
+            .ok_or_else(not_found)
+    }
+
+    fn struct_named(&self, name: &str) -> Result<Option<u32>, BtfError> {
+        for (i, &pos) in self.starts.iter().enumerate() {
+            let info = u32_at(self.types, pos + 4)?;
+            if (info >> 24) & 0x1f == KIND_STRUCT
+                && str_at(self.strings, u32_at(self.types, pos)?) == name.as_bytes()
+            {
+                return Ok(Some(i as u32 + 1));
             }
         }
-        pos = body + trailer(kind, vlen)?;
+        Ok(None)
     }
-    Err(BtfError::NotFound {
-        strukt: strukt.to_owned(),
-        member: member.to_owned(),
-    })
+
+    /// `member`'s byte offset in the struct or union `id` (which sits at
+    /// `base` bits), looking inside its anonymous members too.
+    fn find_member(
+        &self,
+        id: u32,
+        member: &[u8],
+        base: u32,
+        depth: u32,
+    ) -> Result<Option<u32>, BtfError> {
+        let (pos, _, info) = self.head(id)?;
+        let kind = (info >> 24) & 0x1f;
+        if depth > MAX_NESTING || !(kind == KIND_STRUCT || kind == KIND_UNION) {
+            return Ok(None);
+        }
+        let kind_flag = info >> 31 == 1;
+        for i in 0..(info & 0xffff) as usize {
+            let m = pos + 12 + 12 * i;
+            let name_off = u32_at(self.types, m)?;
+            let raw = u32_at(self.types, m + 8)?;
+            let (bit_size, bit_off) = if kind_flag {
+                (raw >> 24, raw & 0x00ff_ffff)
+            } else {
+                (0, raw)
+            };
+            if name_off == 0 {
+                let inner = u32_at(self.types, m + 4)?;
+                if let Some(off) = self.find_member(inner, member, base + bit_off, depth + 1)? {
+                    return Ok(Some(off));
+                }
+                continue;
+            }
+            if str_at(self.strings, name_off) != member {
+                continue;
+            }
+            if bit_size != 0 || !(base + bit_off).is_multiple_of(8) {
+                return Err(BtfError::BitField(
+                    String::from_utf8_lossy(member).into_owned(),
+                ));
+            }
+            return Ok(Some((base + bit_off) / 8));
+        }
+        Ok(None)
+    }
 }
 
 /// Where the socket fields the eBPF programs read sit in the running kernel.
@@ -119,34 +193,55 @@ pub struct KernelOffsets {
     pub fd_walk: Option<FdWalk>,
     /// Whether `fd_walk` was found (for doctor).
     pub fd_to_socket: bool,
+    /// Where a task's executable and terminal are, to hold a new
+    /// executable's first process; None: nothing is held.
+    #[serde(skip)]
+    pub exe_walk: Option<ExeWalk>,
 }
 
 /// Reads both offsets from the running kernel's BTF.
 pub fn kernel_offsets() -> Result<KernelOffsets, String> {
     let data = std::fs::read(Path::new(VMLINUX)).map_err(|e| format!("{VMLINUX}: {e}"))?;
-    let get = |s: &str, m: &str| member_offset(&data, s, m).map_err(|e| e.to_string());
-    let fd_walk = fd_walk_of(&data)
+    let types = Types::parse(&data).map_err(|e| format!("{VMLINUX}: {e}"))?;
+    let get = |s: &str, m: &str| types.member(s, m).map_err(|e| e.to_string());
+    let fd_walk = fd_walk_of(&types)
         .map_err(|e| tracing::warn!("Go TLS connections cannot be tied to their sockets: {e}"))
+        .ok();
+    let exe_walk = exe_walk_of(&types)
+        .map_err(|e| tracing::warn!("new executables cannot be held at exec until probed: {e}"))
         .ok();
     Ok(KernelOffsets {
         sk_err: get("sock", "sk_err")?,
         srtt_us: get("tcp_sock", "srtt_us")?,
         fd_to_socket: fd_walk.is_some(),
         fd_walk,
+        exe_walk,
     })
 }
 
-/// task_struct -> files -> fdt -> fd[n] -> file -> private_data (a
-/// `struct socket`) -> sk.
-fn fd_walk_of(btf: &[u8]) -> Result<FdWalk, BtfError> {
-    let get = |s: &str, m: &str| member_offset(btf, s, m);
+fn fd_walk_of(t: &Types) -> Result<FdWalk, BtfError> {
     Ok(FdWalk {
-        task_files: get("task_struct", "files")?,
-        files_fdt: get("files_struct", "fdt")?,
-        fdt_max_fds: get("fdtable", "max_fds")?,
-        fdt_fd: get("fdtable", "fd")?,
-        file_private_data: get("file", "private_data")?,
-        socket_sk: get("socket", "sk")?,
+        task_files: t.member("task_struct", "files")?,
+        files_fdt: t.member("files_struct", "fdt")?,
+        fdt_max_fds: t.member("fdtable", "max_fds")?,
+        fdt_fd: t.member("fdtable", "fd")?,
+        file_private_data: t.member("file", "private_data")?,
+        socket_sk: t.member("socket", "sk")?,
+    })
+}
+
+/// task -> mm -> exe_file -> f_inode -> (i_ino, i_sb -> s_dev), and
+/// task -> signal -> tty.
+fn exe_walk_of(t: &Types) -> Result<ExeWalk, BtfError> {
+    Ok(ExeWalk {
+        task_mm: t.member("task_struct", "mm")?,
+        mm_exe_file: t.member("mm_struct", "exe_file")?,
+        file_inode: t.member("file", "f_inode")?,
+        inode_ino: t.member("inode", "i_ino")?,
+        inode_sb: t.member("inode", "i_sb")?,
+        sb_dev: t.member("super_block", "s_dev")?,
+        task_signal: t.member("task_struct", "signal")?,
+        signal_tty: t.member("signal_struct", "tty")?,
     })
 }
 
@@ -237,5 +332,19 @@ mod tests {
         );
         assert!(w.file_private_data.is_multiple_of(8), "{w:?}");
         assert!(w.socket_sk.is_multiple_of(8) && w.socket_sk < 64, "{w:?}");
+        // mm_struct keeps exe_file inside an anonymous struct: found there.
+        let e = off
+            .exe_walk
+            .expect("the task -> executable walk in vmlinux BTF");
+        assert!(e.task_mm > 100 && e.task_mm.is_multiple_of(8), "{e:?}");
+        assert!(
+            e.mm_exe_file > 0 && e.mm_exe_file.is_multiple_of(8),
+            "{e:?}"
+        );
+        assert!(
+            e.file_inode.is_multiple_of(8) && e.inode_sb.is_multiple_of(8),
+            "{e:?}"
+        );
+        assert!(e.signal_tty.is_multiple_of(8), "{e:?}");
     }
 }

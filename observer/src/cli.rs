@@ -106,6 +106,12 @@ pub struct WatchArgs {
     /// programs, there for plain HTTP too, leave DNS messages alone).
     #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
     pub dns_wire: OnOff,
+    /// Stop the first process of an executable not looked at yet, at its
+    /// exec, until the probes its file needs are on (a Go program's TLS),
+    /// then resume it (a few ms, once per file; never a process on a
+    /// terminal). off: such a process's first connections may be missed.
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
+    pub exec_hold: OnOff,
     /// The host's cgroup v2 root, where the packet programs go (default:
     /// where this process sees cgroup2 mounted). In a container with its own
     /// cgroup namespace, mount the host's /sys/fs/cgroup and name it here.

@@ -55,6 +55,7 @@ fn main() -> ExitCode {
                     policy: args.tls_plaintext_probes,
                     max_rate: 2000,
                     max_processes: 512,
+                    hold_execs: false,
                 },
                 dns_wire: args.dns_wire == observer::cli::OnOff::On,
                 nvml_lib: args.nvml_lib.clone(),

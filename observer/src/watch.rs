@@ -57,6 +57,7 @@ pub fn options(args: &WatchArgs) -> Options {
             policy: args.tls_plaintext_probes,
             max_rate: args.tls_plaintext_max_rate,
             max_processes: args.tls_plaintext_max_processes as usize,
+            hold_execs: args.exec_hold == crate::cli::OnOff::On,
         },
         dns_wire: args.dns_wire == crate::cli::OnOff::On,
         nvml_lib: args.nvml_lib.clone(),
@@ -96,7 +97,7 @@ pub async fn run_with(
     let ready = obs.ready_line();
     let Observer {
         mut probes,
-        tls,
+        mut tls,
         dns,
         http_plain,
         resolver_files,
@@ -182,6 +183,7 @@ pub async fn run_with(
     // The TLS manager owns the eBPF object while it runs (it attaches and
     // detaches uprobes) and gives it back when stopped.
     let (tls_tx, tls_rx) = std::sync::mpsc::sync_channel(TLS_COMMANDS);
+    tls.start_holds(&mut probes, tls_tx.clone());
     let manager = std::thread::Builder::new()
         .name("tls-probes".into())
         .spawn(move || tls.run(probes, tls_rx))

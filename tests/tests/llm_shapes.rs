@@ -346,10 +346,7 @@ fn curl_call(port: u16, path: &str, body: &str) -> (f64, f64) {
             "-H",
             "Content-Type: application/json",
         ])
-        .args([
-            "-w",
-            "%{time_connect} %{time_starttransfer} %{time_total}",
-        ])
+        .args(["-w", "%{time_connect} %{time_starttransfer} %{time_total}"])
         .args(["--data", body])
         .arg(format!("http://127.0.0.1:{port}{path}"))
         .output()

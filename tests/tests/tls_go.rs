@@ -140,28 +140,34 @@ fn go_client(bin: &Path, port: u16, args: &[&str]) -> Vec<Value> {
     run_json_lines(&mut client_cmd(bin, port, args))
 }
 
-/// The observer on `port`, then the Go server there, once the observer says
-/// it probed the executable. Not hidden: a Go executable that no process
-/// ran before is probed when its first process starts, an attach that
-/// takes its time (the file read, then 13-21 ms for the first uprobe), so
-/// that first process loses the connections it makes before then (see
-/// README, "Go"); the fresh processes measured next run a probed file and
-/// have their probes from their first instruction, the server has its.
+/// A copy of `bin` (same name, in a directory of its own): a file no
+/// process ran before, as a freshly built or installed program is.
+fn fresh_copy(bin: &Path) -> PathBuf {
+    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = bin.parent().unwrap().join(format!("copy{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let to = dir.join(bin.file_name().unwrap());
+    std::fs::copy(bin, &to).unwrap();
+    to
+}
+
+/// The observer on a free port, then the Go server there from a fresh copy
+/// of `bin`, started at once: the observer holds a new executable's first
+/// process at exec until its probes are on (`--exec-hold`), so nothing
+/// here waits for the probes.
 fn observer_then_server(bin: &Path, cert: &Cert) -> (Watch, HelperServer) {
     let port = free_port();
-    let mut w = Watch::start_with_env(
-        &["--port", &port.to_string()],
-        &[("RUST_LOG", "observer=info")],
-    );
-    let server = go_server(bin, cert, port);
-    let probed = format!("Go executable {}", bin.display());
-    assert!(
-        w.wait_for_stderr(&probed, std::time::Duration::from_secs(10)),
-        "the observer did not probe {}: {:#?}",
-        bin.display(),
-        w.stderr_seen()
-    );
+    let w = Watch::start(&["--port", &port.to_string()]);
+    let server = go_server(&fresh_copy(bin), cert, port);
     (w, server)
+}
+
+/// How many processes the observer held at exec (new executables).
+fn held(out: &Watched) -> u64 {
+    out.summary()["tls"]["exec_hold"]["held"]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 /// The one connection record between client port `client_port` and the
@@ -221,7 +227,8 @@ impl Expect {
 }
 
 /// The observer first, then the Go server (`e.bin`), then PROCESSES fresh
-/// Go client processes of the same build, REQUESTS requests each on one
+/// Go client processes of the same build, each from a copy no process ran
+/// before (a program just built or installed), REQUESTS requests each on one
 /// kept-alive connection (HTTP/1.1 with `e.h1`, else h2). Checked:
 /// - each client connection (found by its local port) and the server's
 ///   end of it: `tls` from Go's probes (`is_go_tls`); the client's
@@ -255,11 +262,18 @@ fn fresh_clients(test: &str, e: &Expect) {
         if e.h1 {
             args.push("-h1");
         }
-        let lines = go_client(&bin, port, &args);
+        // Each process from a file never run before: its first connection
+        // races nothing.
+        let lines = go_client(&fresh_copy(&bin), port, &args);
         assert_eq!(lines.len(), REQUESTS, "{lines:#?}");
         own.push(lines);
     }
     let out = w.stop();
+    assert!(
+        held(&out) > PROCESSES as u64,
+        "the server and {PROCESSES} clients, each a new executable, held at exec: {:#}",
+        out.summary()["tls"]["exec_hold"]
+    );
     let (protocol, go_proto) = e.protocol();
     let comm = e.bin;
     let (mut hs, mut server_hs) = ((Vec::new(), Vec::new()), Vec::new());

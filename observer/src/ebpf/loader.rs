@@ -9,6 +9,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use observer_common::{
+    hold::EXE_WALK_GLOBAL,
     tls::{go::FD_WALK_GLOBAL, BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
     tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES, DNS_WIRE_GLOBAL, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL,
@@ -87,6 +88,11 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .ok()
         .and_then(|o| o.fd_walk)
         .unwrap_or_default();
+    let exe_walk = offsets
+        .as_ref()
+        .ok()
+        .and_then(|o| o.exe_walk)
+        .unwrap_or_default();
     let emit_at_destroy =
         tracefs::check_layout(tracefs, &tracepoints::tcp_destroy_sock::LAYOUT).is_ok();
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
@@ -106,6 +112,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .override_global(SK_ERR_OFFSET_GLOBAL, &sk_err, true)
         .override_global(SRTT_US_OFFSET_GLOBAL, &srtt, true)
         .override_global(FD_WALK_GLOBAL, &fd_walk, true)
+        .override_global(EXE_WALK_GLOBAL, &exe_walk, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .override_global(BUSY_CALLS_GLOBAL, &busy_calls, true)
         .override_global(DNS_WIRE_GLOBAL, &u32::from(dns_wire), true)

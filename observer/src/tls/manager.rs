@@ -22,7 +22,7 @@ use std::{
     collections::{HashMap, HashSet},
     os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
-    sync::mpsc::{Receiver, RecvTimeoutError},
+    sync::mpsc::{Receiver, RecvTimeoutError, SyncSender},
     time::{Duration, Instant},
 };
 
@@ -30,10 +30,14 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData},
     programs::uprobe::{UProbeLinkId, UProbeScope},
 };
-use observer_common::tls::{library, TlsProc, TLS_PROCS_MAP};
+use observer_common::{
+    hold::HoldEvent,
+    tls::{library, TlsProc, TLS_PROCS_MAP},
+};
 
 use super::{
     go::{listed, GoFiles},
+    hold::{resume, Holds},
     report::{Policy, Settings, TlsFileReport, TlsReport},
     uprobe_events::{EventId, UprobeEvents},
 };
@@ -60,6 +64,8 @@ pub enum Command {
     Busy(u32, u32),
     Exec(u32),
     Exit(u32),
+    /// A process stopped at exec: its executable was not looked at yet.
+    Held(HoldEvent),
     Stop,
 }
 
@@ -103,6 +109,8 @@ pub struct TlsProbes {
     system_libc: Option<FileId>,
     on_c_library: OnCLibrary,
     go: GoFiles,
+    /// Holding new executables at exec, while the manager runs.
+    holds: Option<Holds>,
     pub report: TlsReport,
 }
 
@@ -152,6 +160,7 @@ impl TlsProbes {
         let now = Instant::now();
         Self {
             go: GoFiles::new(probes),
+            holds: None,
             events: UprobeEvents::new(tracefs),
             settings,
             proc_root: proc_root.to_owned(),
@@ -278,6 +287,9 @@ impl TlsProbes {
     fn consider(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
         if self.files.contains_key(&id) {
             return;
+        }
+        if let Some(h) = &mut self.holds {
+            h.know_file(id);
         }
         let image = match classify(path) {
             Ok(img) => {
@@ -429,6 +441,7 @@ impl TlsProbes {
                     .extend(EXEC_SCANS.iter().map(|d| (now + *d, pid)));
             }
             Command::Exit(pid) => self.forget(probes, pid),
+            Command::Held(ev) => self.on_held(probes, ev),
             Command::Busy(pid, calls) => {
                 if self.procs.contains_key(&pid) {
                     tracing::info!(
@@ -438,6 +451,79 @@ impl TlsProbes {
                 }
             }
             Command::Stop => {}
+        }
+    }
+
+    /// A process stopped at exec: its executable is looked at (a Go one
+    /// gets its probes) and remembered in the kernel, then it runs on.
+    fn on_held(&mut self, probes: &mut Probes, ev: HoldEvent) {
+        use std::os::unix::fs::MetadataExt;
+        let exe = self.proc_root.join(ev.pid.to_string()).join("exe");
+        if let Ok(md) = std::fs::metadata(&exe) {
+            let id = (md.dev(), md.ino());
+            let shown = std::fs::read_link(&exe)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            // A path in our own namespace outlives the process.
+            let path = if same_file(Path::new(&shown), id) {
+                PathBuf::from(&shown)
+            } else {
+                exe
+            };
+            self.consider(probes, id, &path, &shown);
+        }
+        if let Some(h) = &mut self.holds {
+            h.know(ev.exe);
+        }
+        resume(ev.pid);
+        let held_us = crate::clock::monotonic_ns().saturating_sub(ev.ts_ns) / 1000;
+        let r = &mut self.report.exec_hold;
+        r.held += 1;
+        r.total_us += held_us;
+        r.max_us = r.max_us.max(held_us);
+        tracing::debug!("exec hold: pid {} held {held_us} us", ev.pid);
+    }
+
+    /// Starts holding new executables at exec (they report to `tx`, the
+    /// sender of the channel `run` reads), with every file looked at so far
+    /// known to the kernel. Before `ready`: a program started after it is
+    /// held.
+    pub fn start_holds(&mut self, probes: &mut Probes, tx: SyncSender<Command>) {
+        let r = &mut self.report.exec_hold;
+        if !self.settings.hold_execs {
+            r.off_reason = Some("--exec-hold off".into());
+            return;
+        }
+        if self.report.programs_error.is_some() {
+            r.off_reason = Some("the TLS programs did not load".into());
+            return;
+        }
+        r.resumed_at_start = super::hold::resume_left_behind(&self.proc_root);
+        match Holds::start(probes, tx) {
+            Ok(mut h) => {
+                for id in self.files.keys() {
+                    h.know_file(*id);
+                }
+                h.beat();
+                r.on = true;
+                self.holds = Some(h);
+            }
+            Err(e) => {
+                tracing::warn!("new executables are not held at exec: {e}");
+                r.off_reason = Some(e);
+            }
+        }
+    }
+
+    /// Holding ends before the probes go; nobody is left stopped.
+    fn stop_holds(&mut self, rx: &Receiver<Command>) {
+        if let Some(h) = self.holds.take() {
+            h.stop();
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            if let Command::Held(ev) = cmd {
+                resume(ev.pid);
+            }
         }
     }
 
@@ -630,6 +716,9 @@ impl TlsProbes {
 
     /// Periodic work: exec scans due, call rates, the full rescan.
     pub fn tick(&mut self, probes: &mut Probes) {
+        if let Some(h) = &mut self.holds {
+            h.beat();
+        }
         let now = Instant::now();
         let due: Vec<u32> = self
             .scans
@@ -680,6 +769,7 @@ impl TlsProbes {
             }
             self.tick(&mut probes);
         }
+        self.stop_holds(&rx);
         (probes, self.report)
     }
 }

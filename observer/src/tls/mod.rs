@@ -3,6 +3,7 @@
 //! `tls_calls`, `libssl`, `libgnutls`, `go_tls` and `tls_state`.
 
 mod go;
+mod hold;
 pub mod manager;
 mod record;
 mod report;
@@ -11,4 +12,4 @@ pub mod uprobe_events;
 pub use go::GoExecutableReport;
 pub use manager::{Command, OnCLibrary, TlsProbes};
 pub use record::{TlsRecord, TlsSource, TtfbSource, TtfbUnmeasured};
-pub use report::{Policy, Settings, TlsFileReport, TlsReport};
+pub use report::{ExecHoldReport, Policy, Settings, TlsFileReport, TlsReport};

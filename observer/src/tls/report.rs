@@ -22,6 +22,8 @@ pub struct Settings {
     pub max_rate: u64,
     /// Per-process probe sets at once (on files that are per process).
     pub max_processes: usize,
+    /// Hold a new executable's first process at exec until it is probed.
+    pub hold_execs: bool,
 }
 
 /// What the manager found and did, for `ready`, the summary and `doctor`.
@@ -53,6 +55,24 @@ pub struct TlsReport {
     pub go_executables: Vec<super::go::GoExecutableReport>,
     /// Go executables beyond the listed ones.
     pub go_executables_unlisted: u64,
+    /// New executables' first processes held at exec: on, or why not.
+    pub exec_hold: ExecHoldReport,
+}
+
+/// Holding new executables' first processes at exec (`--exec-hold`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ExecHoldReport {
+    pub on: bool,
+    /// Why holding is off (None while on).
+    pub off_reason: Option<String>,
+    /// Processes held and resumed.
+    pub held: u64,
+    /// The longest and the total time a process was held, from its exec to
+    /// its resumption, in microseconds.
+    pub max_us: u64,
+    pub total_us: u64,
+    /// Processes a killed observer had left held, resumed at start.
+    pub resumed_at_start: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
