@@ -77,6 +77,9 @@ pub struct Report {
     pub cap_sys_admin: bool,
     pub privileged: bool,
     pub tracefs: Option<String>,
+    /// How uprobes go on: "uprobe_multi" links (Linux 6.6+) or
+    /// "perf_event"s (null: the object was not loaded).
+    pub uprobes: Option<&'static str>,
     /// Why the eBPF object could not be loaded, if it could not.
     pub load_error: Option<String>,
     /// Socket field offsets from BTF (null: timeout/unreachable errors and RTT lost).
@@ -196,6 +199,7 @@ pub fn run(options: Options) -> Report {
         cap_sys_admin: p.cap_sys_admin,
         privileged: p.sufficient(),
         tracefs: tracefs::find().map(|p| p.display().to_string()),
+        uprobes: None,
         load_error: None,
         offsets: None,
         offsets_error: None,
@@ -220,6 +224,7 @@ pub fn run(options: Options) -> Report {
         }
         Ok(obs) => {
             report.tracefs = Some(obs.tracefs.display().to_string());
+            report.uprobes = Some(obs.probes.uprobe_mechanism());
             report.offsets = obs.offsets.clone().ok();
             report.offsets_error = obs.offsets.clone().err();
             report.emit_at_destroy = obs.emit_at_destroy;
@@ -293,6 +298,15 @@ pub fn print(r: &Report, verbose: bool) {
             |w| format!("WARNING: {w}")
         )
     );
+    match r.uprobes {
+        Some("uprobe_multi") => println!(
+            "  uprobes      uprobe-multi links (each closes in one grace period, side by side)"
+        ),
+        Some(other) => println!(
+            "  uprobes      {other}s (no uprobe-multi links before Linux 6.6: each close waits ~0.1 s under the kernel's trace-event lock)"
+        ),
+        None => {}
+    }
     if let Some(e) = &r.load_error {
         println!("  eBPF object  NOT LOADED: {e}");
     } else {

@@ -72,6 +72,9 @@ pub struct Need {
     pub or: &'static [Cap],
     /// Needed only by a user other than root (root owns what it opens).
     pub non_root_only: bool,
+    /// Needed only where uprobes are perf events: kernels before 6.6, which
+    /// make no uprobe-multi links (`ebpf::uprobe_multi`).
+    pub perf_uprobes_only: bool,
     pub features: &'static [Feature],
     /// What the kernel checks it for.
     pub why: &'static str,
@@ -98,6 +101,7 @@ pub const FEATURE_NEEDS: &[Need] = &[
         capability: Cap::Bpf,
         or: &[Cap::SysAdmin],
         non_root_only: false,
+        perf_uprobes_only: false,
         features: EBPF,
         why: "bpf(2) creates maps and loads programs only for CAP_BPF \
               (kernel.unprivileged_bpf_disabled)",
@@ -106,6 +110,7 @@ pub const FEATURE_NEEDS: &[Need] = &[
         capability: Cap::Perfmon,
         or: &[Cap::SysAdmin],
         non_root_only: false,
+        perf_uprobes_only: false,
         features: EBPF,
         why: "tracing programs, reading kernel memory and socket pointers in \
               programs (the verifier's pointer-leak rule), and system-wide perf \
@@ -115,6 +120,7 @@ pub const FEATURE_NEEDS: &[Need] = &[
         capability: Cap::NetAdmin,
         or: &[Cap::SysAdmin],
         non_root_only: false,
+        perf_uprobes_only: false,
         features: &[DnsWire, HttpPlain],
         why: "loading cgroup/sock programs and attaching cgroup_skb programs to \
               the root cgroup need CAP_NET_ADMIN (bpf(2) answers EPERM)",
@@ -123,15 +129,18 @@ pub const FEATURE_NEEDS: &[Need] = &[
         capability: Cap::SysAdmin,
         or: &[],
         non_root_only: false,
+        perf_uprobes_only: true,
         features: UPROBES,
-        why: "perf_event_open of a uprobe needs CAP_SYS_ADMIN on this kernel: \
-              CAP_PERFMON no longer does since CVE-2025-38466's fix (commit \
-              ba677dbe77af, Linux 6.16 and the stable kernels of July 2025)",
+        why: "perf_event_open of a uprobe needs CAP_SYS_ADMIN: CAP_PERFMON no \
+              longer does since CVE-2025-38466's fix (commit ba677dbe77af, Linux \
+              6.16 and the stable kernels of July 2025); from Linux 6.6 the \
+              uprobes are uprobe-multi links, which CAP_BPF and CAP_PERFMON make",
     },
     Need {
         capability: Cap::SysPtrace,
         or: &[],
         non_root_only: false,
+        perf_uprobes_only: false,
         features: UPROBES,
         why: "libraries are reached through /proc/PID/root (or \
               /proc/PID/map_files) of the processes that map them, which needs \
@@ -143,6 +152,7 @@ pub const FEATURE_NEEDS: &[Need] = &[
         capability: Cap::SysPtrace,
         or: &[],
         non_root_only: false,
+        perf_uprobes_only: false,
         features: &[Connections],
         why: "/proc/PID/exe of processes with other credentials or more \
               capabilities needs ptrace read access: records of processes \
@@ -152,6 +162,7 @@ pub const FEATURE_NEEDS: &[Need] = &[
         capability: Cap::DacReadSearch,
         or: &[Cap::DacOverride],
         non_root_only: true,
+        perf_uprobes_only: false,
         features: EBPF,
         why: "tracefs is root's (mode 0700): tracepoint formats and ids are read \
               there",
@@ -160,6 +171,7 @@ pub const FEATURE_NEEDS: &[Need] = &[
         capability: Cap::DacOverride,
         or: &[],
         non_root_only: true,
+        perf_uprobes_only: true,
         features: &[TlsPlaintext],
         why: "the per-process TLS probes (on a file a busy process maps) are \
               defined in tracefs's uprobe_events, root's and writable by root only",
@@ -181,6 +193,8 @@ pub struct Privileges {
     pub cap_sys_admin: bool,
     /// The effective set (`CapEff` of /proc/self/status).
     pub effective: u64,
+    /// The kernel makes uprobe-multi links: uprobes are no perf events.
+    pub uprobe_multi: bool,
 }
 
 impl Privileges {
@@ -202,6 +216,7 @@ impl Privileges {
             cap_perfmon: has(Cap::Perfmon),
             cap_sys_admin: has(Cap::SysAdmin),
             effective,
+            uprobe_multi: makes_uprobe_multi_links(),
         }
     }
 
@@ -217,6 +232,7 @@ impl Privileges {
     /// Whether `need` is met (by its capability or one that does as well).
     pub fn meets(&self, need: &Need) -> bool {
         (need.non_root_only && self.euid == 0)
+            || (need.perf_uprobes_only && self.uprobe_multi)
             || self.has(need.capability)
             || need.or.iter().any(|&c| self.has(c))
     }
@@ -230,6 +246,27 @@ impl Privileges {
     pub fn held(&self) -> Vec<Cap> {
         Cap::ALL.into_iter().filter(|&c| self.has(c)).collect()
     }
+}
+
+/// Whether this kernel makes uprobe-multi links (Linux 6.6+), so that the
+/// observer's uprobes are no perf events (read from the release, which
+/// needs no privilege; the loader checks the kernel itself).
+pub fn makes_uprobe_multi_links() -> bool {
+    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .and_then(|r| release_at_least(&r, (6, 6)))
+            .unwrap_or(false)
+    })
+}
+
+/// "6.18.44-fc" is at least (6, 6); None: not a release we can read.
+fn release_at_least(release: &str, (major, minor): (u32, u32)) -> Option<bool> {
+    let mut parts = release.trim().split(['.', '-']);
+    let a: u32 = parts.next()?.parse().ok()?;
+    let b: u32 = parts.next()?.parse().ok()?;
+    Some((a, b) >= (major, minor))
 }
 
 /// The table's rows for `feature`.
@@ -361,8 +398,13 @@ mod tests {
         }
     }
 
+    /// On a kernel without uprobe-multi links (uprobes are perf events),
+    /// where the deploy set is smallest.
     fn with(caps: &[Cap], euid: u32) -> Privileges {
-        Privileges::of(euid, caps.iter().fold(0, |a, c| a | c.bit()))
+        Privileges {
+            uprobe_multi: false,
+            ..Privileges::of(euid, caps.iter().fold(0, |a, c| a | c.bit()))
+        }
     }
 
     /// The deploy set gives every feature as root, and each of its
@@ -398,6 +440,15 @@ mod tests {
             .map(|n| n.capability)
             .collect();
         assert_eq!(tls, [Cap::SysAdmin]);
+        // Where uprobes are uprobe-multi links, CAP_BPF and CAP_PERFMON make
+        // them: every feature works without CAP_SYS_ADMIN.
+        let multi = Privileges {
+            uprobe_multi: true,
+            ..p
+        };
+        for f in Feature::ALL {
+            assert!(multi.missing(f).is_empty(), "{f:?}: {:?}", multi.missing(f));
+        }
         // A user other than root needs tracefs too.
         let nobody = with(&[Cap::Bpf, Cap::Perfmon, Cap::SysPtrace], 65534);
         let conn: Vec<Cap> = nobody
@@ -411,6 +462,15 @@ mod tests {
             r.missing(Feature::Connections)[0].names(),
             "CAP_DAC_READ_SEARCH (or CAP_DAC_OVERRIDE)"
         );
+    }
+
+    #[test]
+    fn kernel_releases_compared() {
+        assert_eq!(release_at_least("6.18.44-fc-v1252\n", (6, 6)), Some(true));
+        assert_eq!(release_at_least("6.6.0", (6, 6)), Some(true));
+        assert_eq!(release_at_least("6.1.0-28-amd64", (6, 6)), Some(false));
+        assert_eq!(release_at_least("5.15.0", (6, 6)), Some(false));
+        assert_eq!(release_at_least("garbage", (6, 6)), None);
     }
 
     #[test]

@@ -221,6 +221,7 @@ pub async fn run_with(
     // Freeze the kernel side first, so the last drain sees every event and the
     // open-connection snapshot reads a map that no longer changes.
     let prog_stats = ebpf::prog_stats::read(&probes.ebpf);
+    probes.close_uprobe_links();
     ebpf::detach_all(&mut probes.ebpf);
     let _ = stop_tx.send(true);
 

@@ -3,8 +3,9 @@
 mod loader;
 mod probes;
 pub mod prog_stats;
+pub mod uprobe_multi;
 
 pub use loader::{
     detach_all, load, KernelConnMap, KernelCounters, LoadError, LoadOptions, Loaded, OBJECT,
 };
-pub use probes::{chain, ProbeError, Probes, ProgramState};
+pub use probes::{chain, ProbeError, Probes, ProgramState, UprobeLink};

@@ -3,7 +3,13 @@
 //! [`Probes`], so the `ready` line, the summary and `doctor` read one ledger
 //! keyed by the program table (`crate::programs`).
 
-use std::{collections::BTreeMap, error::Error as _, io, os::fd::AsFd, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    error::Error as _,
+    io,
+    os::fd::AsFd,
+    path::Path,
+};
 
 use aya::{
     programs::{
@@ -15,7 +21,9 @@ use aya::{
 };
 use serde::Serialize;
 
+use super::uprobe_multi;
 use crate::{
+    libraries::elf,
     programs::{self, Direction, Hook, Program},
     tracefs,
 };
@@ -56,6 +64,21 @@ pub enum ProbeError {
         #[source]
         source: ProgramError,
     },
+    /// The kernel refused a uprobe-multi link.
+    #[error("attaching {program} to {target}")]
+    Link {
+        program: &'static str,
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The function is not in the file's symbol tables.
+    #[error("attaching {program}: {symbol} not found in {path}")]
+    NoSymbol {
+        program: &'static str,
+        symbol: String,
+        path: String,
+    },
 }
 
 impl ProbeError {
@@ -76,7 +99,10 @@ impl ProbeError {
     /// What to do about it, when we know.
     pub fn remedy(&self) -> Option<&'static str> {
         match (self, self.os_error()) {
-            (ProbeError::Attach { .. }, Some(libc::EPERM | libc::EACCES)) => Some(
+            (
+                ProbeError::Attach { .. } | ProbeError::Link { .. },
+                Some(libc::EPERM | libc::EACCES),
+            ) => Some(
                 "the kernel refused the probe for this user: run as root, or with CAP_SYS_ADMIN",
             ),
             (ProbeError::Load { .. }, Some(libc::EPERM | libc::EACCES)) => {
@@ -148,10 +174,25 @@ pub struct ProgramState {
 
 const ERRORS_KEPT: usize = 4;
 
+/// A uprobe attached by [`Probes::attach_uprobe`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub enum UprobeLink {
+    /// A uprobe-multi link (`uprobe_multi`), closed by our own fd.
+    Multi(u64),
+    /// aya's perf-event uprobe, where the kernel has no uprobe-multi links.
+    Perf(UProbeLinkId),
+}
+
 /// The eBPF object and the ledger of its programs.
 pub struct Probes {
     pub ebpf: Ebpf,
     states: BTreeMap<&'static str, ProgramState>,
+    /// Whether uprobes go on as uprobe-multi links (the kernel has them).
+    multi: bool,
+    /// The uprobe programs loaded for uprobe-multi links.
+    loaded_multi: BTreeSet<&'static str>,
+    links: HashMap<u64, uprobe_multi::Link>,
+    next_link: u64,
 }
 
 fn row(name: &'static str) -> Result<&'static Program, ProbeError> {
@@ -174,10 +215,70 @@ where
 
 impl Probes {
     pub fn new(ebpf: Ebpf) -> Self {
+        let multi = uprobe_multi::supported();
+        tracing::debug!("uprobe-multi links: {multi}");
         Self {
             ebpf,
             states: BTreeMap::new(),
+            multi,
+            loaded_multi: BTreeSet::new(),
+            links: HashMap::new(),
+            next_link: 0,
         }
+    }
+
+    /// How uprobes are attached: "uprobe_multi" links, or "perf_event"s
+    /// where the kernel has no uprobe-multi links (before 6.6).
+    pub fn uprobe_mechanism(&self) -> &'static str {
+        if self.multi {
+            "uprobe_multi"
+        } else {
+            "perf_event"
+        }
+    }
+
+    /// Every uprobe-multi link closed, side by side (each close waits a
+    /// grace period of its own); perf-event ones are left to `detach_all`.
+    pub fn close_uprobe_links(&mut self) {
+        uprobe_multi::close_all(self.links.drain().map(|(_, l)| l).collect());
+    }
+
+    /// A uprobe-multi link of `name` at `offset` of `path` for one process,
+    /// owned by the caller (dropping it takes the probe off); None where
+    /// uprobes are perf events (the TLS manager's shared events do it).
+    pub fn process_uprobe(
+        &mut self,
+        name: &'static str,
+        path: &Path,
+        offset: u64,
+        cookie: u64,
+        pid: u32,
+    ) -> Option<Result<uprobe_multi::Link, ProbeError>> {
+        if !self.multi {
+            return None;
+        }
+        let r = self.load(name).and_then(|()| {
+            let (fd, ret) = self.multi_program(name)?;
+            uprobe_multi::attach(fd.as_fd(), path, offset, cookie, ret, Some(pid)).map_err(
+                |source| ProbeError::Link {
+                    program: name,
+                    target: format!("pid {pid}: {}", path.display()),
+                    source,
+                },
+            )
+        });
+        Some(self.note(name, r))
+    }
+
+    /// A uprobe program's fd, and whether it is a return probe.
+    fn multi_program(&mut self, name: &'static str) -> Result<(&ProgramFd, bool), ProbeError> {
+        let p = typed::<UProbe>(&mut self.ebpf, name)?;
+        let ret = matches!(p.kind(), aya::programs::ProbeKind::Return);
+        let fd = p.fd().map_err(|source| ProbeError::Load {
+            program: name,
+            source,
+        })?;
+        Ok((fd, ret))
     }
 
     /// Every program of the table with what became of it (untouched ones
@@ -233,6 +334,11 @@ impl Probes {
         match row(name)?.hook {
             Hook::TracePoint { .. } => typed::<TracePoint>(ebpf, name)?.load().map_err(load),
             Hook::RawTracePoint { .. } => typed::<RawTracePoint>(ebpf, name)?.load().map_err(load),
+            Hook::UProbe { .. } if self.multi => {
+                typed::<UProbe>(ebpf, name)?.load_multi().map_err(load)?;
+                self.loaded_multi.insert(name);
+                Ok(())
+            }
             Hook::UProbe { .. } => typed::<UProbe>(ebpf, name)?.load().map_err(load),
             Hook::CgroupSkb { .. } => typed::<CgroupSkb>(ebpf, name)?.load().map_err(load),
             Hook::CgroupSockRelease => typed::<CgroupSock>(ebpf, name)?.load().map_err(load),
@@ -315,19 +421,13 @@ impl Probes {
         path: &Path,
         cookie: Option<u64>,
         scope: UProbeScope,
-    ) -> Result<UProbeLinkId, ProbeError> {
+    ) -> Result<UprobeLink, ProbeError> {
         let r = self.load(name).and_then(|()| {
-            let p = typed::<UProbe>(&mut self.ebpf, name)?;
-            let location = match offset {
-                Some(o) => UProbeAttachLocation::AbsoluteOffset(o),
-                None => UProbeAttachLocation::Symbol(symbol),
-            };
-            p.attach(UProbeAttachPoint { location, cookie }, path, scope)
-                .map_err(|source| ProbeError::Attach {
-                    program: name,
-                    target: format!("{symbol} in {}", path.display()),
-                    source,
-                })
+            if self.loaded_multi.contains(name) {
+                self.link_uprobe(name, symbol, offset, path, cookie, scope)
+            } else {
+                self.perf_uprobe(name, symbol, offset, path, cookie, scope)
+            }
         });
         let r = self.note(name, r);
         if r.is_ok() {
@@ -336,18 +436,87 @@ impl Probes {
         r
     }
 
-    /// Takes off a uprobe attached by `attach_uprobe` (its perf event's close
-    /// waits an RCU grace period under the kernel's trace-event lock).
-    pub fn detach_uprobe(&mut self, name: &'static str, link: UProbeLinkId) {
-        let Ok(p) = typed::<UProbe>(&mut self.ebpf, name) else {
-            return;
+    fn link_uprobe(
+        &mut self,
+        name: &'static str,
+        symbol: &str,
+        offset: Option<u64>,
+        path: &Path,
+        cookie: Option<u64>,
+        scope: UProbeScope,
+    ) -> Result<UprobeLink, ProbeError> {
+        let offset = match offset {
+            Some(o) => o,
+            None => elf::symbol_offset(path, symbol).ok_or_else(|| ProbeError::NoSymbol {
+                program: name,
+                symbol: symbol.to_owned(),
+                path: path.display().to_string(),
+            })?,
         };
-        match p.detach(link) {
-            Ok(()) => {
-                let s = self.states.entry(name).or_default();
-                s.attached = s.attached.saturating_sub(1);
+        let pid = match scope {
+            UProbeScope::AllProcesses => None,
+            UProbeScope::CallingProcess => Some(std::process::id()),
+            UProbeScope::OneProcess(pid) => Some(pid.get()),
+        };
+        let (fd, ret) = self.multi_program(name)?;
+        let link = uprobe_multi::attach(fd.as_fd(), path, offset, cookie.unwrap_or(0), ret, pid)
+            .map_err(|source| ProbeError::Link {
+                program: name,
+                target: format!("{symbol} in {}", path.display()),
+                source,
+            })?;
+        self.next_link += 1;
+        self.links.insert(self.next_link, link);
+        Ok(UprobeLink::Multi(self.next_link))
+    }
+
+    fn perf_uprobe(
+        &mut self,
+        name: &'static str,
+        symbol: &str,
+        offset: Option<u64>,
+        path: &Path,
+        cookie: Option<u64>,
+        scope: UProbeScope,
+    ) -> Result<UprobeLink, ProbeError> {
+        let p = typed::<UProbe>(&mut self.ebpf, name)?;
+        let location = match offset {
+            Some(o) => UProbeAttachLocation::AbsoluteOffset(o),
+            None => UProbeAttachLocation::Symbol(symbol),
+        };
+        p.attach(UProbeAttachPoint { location, cookie }, path, scope)
+            .map(UprobeLink::Perf)
+            .map_err(|source| ProbeError::Attach {
+                program: name,
+                target: format!("{symbol} in {}", path.display()),
+                source,
+            })
+    }
+
+    /// Takes off a uprobe attached by `attach_uprobe`: a uprobe-multi link
+    /// on the closer's thread (its close waits a grace period); a perf-event
+    /// one here (its close waits grace periods under the kernel's
+    /// trace-event lock).
+    pub fn detach_uprobe(&mut self, name: &'static str, link: UprobeLink) {
+        let done = match link {
+            // Dropped: closed on the closer's thread.
+            UprobeLink::Multi(id) => self.links.remove(&id).is_some(),
+            UprobeLink::Perf(link) => {
+                let Ok(p) = typed::<UProbe>(&mut self.ebpf, name) else {
+                    return;
+                };
+                match p.detach(link) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!("detaching {name}: {e}");
+                        false
+                    }
+                }
             }
-            Err(e) => tracing::debug!("detaching {name}: {e}"),
+        };
+        if done {
+            let s = self.states.entry(name).or_default();
+            s.attached = s.attached.saturating_sub(1);
         }
     }
 
@@ -420,5 +589,13 @@ impl Probes {
                 }
             }
         }
+    }
+}
+
+impl Drop for Probes {
+    /// Links closed side by side: dropped one by one, each would wait a
+    /// grace period of its own.
+    fn drop(&mut self) {
+        self.close_uprobe_links();
     }
 }

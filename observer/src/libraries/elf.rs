@@ -139,6 +139,20 @@ fn classify_with(path: &Path, resolver: &mut bool) -> Result<Option<TlsImage>, E
     Ok(None)
 }
 
+/// The file offset of the function `name` that `path` defines (dynamic
+/// symbols first, then the full table), as a uprobe attaches to it.
+pub fn symbol_offset(path: &Path, name: &str) -> Option<u64> {
+    let file = File::open(path).ok()?;
+    // SAFETY: as in `classify_with`.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let obj = object::File::parse(&*map).ok()?;
+    let found = obj
+        .dynamic_symbols()
+        .chain(obj.symbols())
+        .find(|s| s.is_definition() && s.name() == Ok(name))?;
+    file_offset(&obj, found.address())
+}
+
 /// The file offset of virtual address `addr` (what uprobes attach to).
 /// Checked arithmetic: Go executables (`golang.rs`) feed it addresses read
 /// from the file itself.
@@ -181,6 +195,21 @@ mod tests {
                 resolver: false
             }
         );
+    }
+
+    /// getaddrinfo's offset in the C library holds the code this process
+    /// runs as getaddrinfo.
+    #[test]
+    fn symbol_offset_of_getaddrinfo_in_libc() {
+        let libc = crate::libraries::system_libc().expect("a C library");
+        let off = symbol_offset(&libc, "getaddrinfo").unwrap() as usize;
+        let file = std::fs::read(&libc).unwrap();
+        // SAFETY: reads 32 bytes of getaddrinfo's own code, mapped here.
+        let code = unsafe { std::slice::from_raw_parts(libc::getaddrinfo as *const u8, 32) };
+        // The first byte may be a uprobe's breakpoint (an observer running
+        // beside the tests probes getaddrinfo).
+        assert_eq!(&file[off + 1..off + 32], &code[1..]);
+        assert_eq!(symbol_offset(&libc, "no_such_function_here"), None);
     }
 
     /// The C library the tests run on is a resolver, not a TLS library.

@@ -28,7 +28,7 @@ use std::{
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
-    programs::uprobe::{UProbeLinkId, UProbeScope},
+    programs::uprobe::UProbeScope,
 };
 use observer_common::{
     hold::HoldEvent,
@@ -42,7 +42,7 @@ use super::{
     uprobe_events::{EventId, UprobeEvents},
 };
 use crate::{
-    ebpf::{chain, Probes},
+    ebpf::{chain, uprobe_multi, Probes, UprobeLink},
     libraries::{
         elf::{classify, TlsImage},
         procmaps::{executable_files, reachable_path, FileId, Mapping},
@@ -74,7 +74,7 @@ struct TlsFile {
     image: TlsImage,
     report: usize,
     /// The all-process plaintext probes (empty: the file is per process).
-    all: Vec<(&'static str, UProbeLinkId)>,
+    all: Vec<(&'static str, UprobeLink)>,
     /// The busy processes that made it per process.
     busy: HashSet<u32>,
     /// The per-process plaintext hooks' shared uprobe events, made at the
@@ -84,12 +84,22 @@ struct TlsFile {
 
 /// A process whose plaintext calls are captured, its rate watched.
 struct Followed {
-    /// Its own probes on the files that are per process: one perf event per
-    /// hook (closing them takes the probes off).
-    probes: HashMap<FileId, Vec<OwnedFd>>,
+    /// Its own probes on the files that are per process, one per hook
+    /// (dropping them takes the probes off).
+    probes: HashMap<FileId, Vec<ProcessProbe>>,
     /// The process's plaintext call count, and when it was read.
     last_calls: u64,
     last_at: Instant,
+}
+
+/// One of a process's own probes.
+enum ProcessProbe {
+    /// A uprobe-multi link for the process.
+    #[expect(dead_code, reason = "held to be dropped")]
+    Link(uprobe_multi::Link),
+    /// A perf event on a shared uprobe event (kernels before 6.6).
+    #[expect(dead_code, reason = "held to be dropped")]
+    Event(OwnedFd),
 }
 
 pub struct TlsProbes {
@@ -658,7 +668,26 @@ impl TlsProbes {
             return;
         };
         let mut errors = Vec::new();
-        if file.plaintext.is_none() {
+        let mut held = Vec::new();
+        if probes.uprobe_mechanism() == "uprobe_multi" {
+            let path = if same_file(&file.attach, m.id) {
+                Some(file.attach.clone())
+            } else {
+                reachable_path(&self.proc_root, pid, m)
+            };
+            let Some(path) = path else { return };
+            let lib = u64::from(file.image.library);
+            for hook in sites(file.image.library, Feature::TlsPlaintext) {
+                let Some(offset) = file.image.offset(hook.symbol) else {
+                    continue;
+                };
+                match probes.process_uprobe(hook.program, &path, offset, lib, pid) {
+                    Some(Ok(link)) => held.push(ProcessProbe::Link(link)),
+                    Some(Err(e)) => errors.push(chain(&e)),
+                    None => {}
+                }
+            }
+        } else if file.plaintext.is_none() {
             // The path the file was found by may have belonged to a process
             // that is gone (its /proc/PID/root); this one's works.
             let path = if same_file(&file.attach, m.id) {
@@ -689,10 +718,9 @@ impl TlsProbes {
             }
             file.plaintext = Some(ids);
         }
-        let mut fds = Vec::new();
         for &ev in file.plaintext.as_deref().unwrap_or_default() {
             match self.events.open_for(ev, pid) {
-                Ok(fd) => fds.push(fd),
+                Ok(fd) => held.push(ProcessProbe::Event(fd)),
                 Err(e) => errors.push(format!("pid {pid}: {e}")),
             }
         }
@@ -701,8 +729,8 @@ impl TlsProbes {
             self.file_error(idx, e);
         }
         if let Some(f) = self.procs.get_mut(&pid) {
-            if !fds.is_empty() {
-                f.probes.insert(m.id, fds);
+            if !held.is_empty() {
+                f.probes.insert(m.id, held);
             }
         }
     }
@@ -786,7 +814,7 @@ fn attach(
     offset: u64,
     lib: u8,
     scope: UProbeScope,
-) -> Result<UProbeLinkId, String> {
+) -> Result<UprobeLink, String> {
     probes
         .attach_uprobe(
             hook.program,
