@@ -816,3 +816,143 @@ fn doctor_lists_go_executables() {
         "{text}"
     );
 }
+
+/// The kernel counts each eBPF program's runs while this is held
+/// (BPF_ENABLE_STATS; closed on drop).
+struct BpfStats(#[expect(dead_code, reason = "held to be closed")] std::os::fd::OwnedFd);
+
+impl BpfStats {
+    fn enable() -> BpfStats {
+        use std::os::fd::FromRawFd;
+        const BPF_ENABLE_STATS: libc::c_long = 32;
+        let stats_type: u32 = 0; // BPF_STATS_RUN_TIME
+                                 // SAFETY: bpf(2) reads a 4-byte attr (enable_stats.type) from a live u32.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_ENABLE_STATS,
+                std::ptr::addr_of!(stats_type),
+                std::mem::size_of::<u32>() as u32,
+            )
+        };
+        assert!(
+            fd >= 0,
+            "BPF_ENABLE_STATS: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: a descriptor the kernel just gave us, owned by nobody else.
+        BpfStats(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+    }
+}
+
+/// How often the Go read/write programs ran (every loaded copy), by the
+/// kernel's own count as bpftool reads it.
+fn go_plaintext_runs() -> u64 {
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bpftool: {out:?}");
+    let progs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    progs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            ["go_tls_read", "go_tls_write", "go_tls_return"]
+                .contains(&p["name"].as_str().unwrap_or_default())
+        })
+        .map(|p| p["run_cnt"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// A busy Go server stops trapping, and its executable keeps capturing for
+/// its other processes. The observer with a plaintext limit of 500 calls/s,
+/// a Go server answering at once, curl making keep-alive requests to it
+/// until its executable goes per process; then 3,000 more requests run the
+/// Go read/write programs (the kernel's own run counts) less than once per
+/// ten requests (all-process probes: at least 4 per request). A Go client
+/// started afterwards from the same file is held at exec for probes of its
+/// own: its requests over h2 are all recorded, its first included.
+#[test]
+fn a_busy_go_server_stops_trapping_and_its_executable_keeps_capturing() {
+    let Some(_serial) = begin("tls_go_busy", &["openssl", "go", "curl", "bpftool"]) else {
+        return;
+    };
+    const LOAD: u64 = 3000;
+    let stats = BpfStats::enable();
+    let exe = fresh_copy(&go_bin(GOTLS));
+    let cert = Cert::new();
+    let port = free_port();
+    let mut w = Watch::start_with_env(
+        &[
+            "--port",
+            &port.to_string(),
+            "--tls-plaintext-max-rate",
+            "500",
+        ],
+        &[("RUST_LOG", "observer=info")],
+    );
+    let server = HelperServer::spawn(
+        Command::new(&exe)
+            .arg("server")
+            .args(["-port", &port.to_string()])
+            .arg("-cert")
+            .arg(cert.cert())
+            .arg("-key")
+            .arg(cert.key()),
+    );
+    // curl's URL glob: one kept-alive connection for them all.
+    let load = |tag: &str, n: u64| {
+        let status = Command::new("curl")
+            .args(["-sSk", "--http1.1", "--fail"])
+            .arg(format!("https://127.0.0.1:{port}/{tag}/[1-{n}]"))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "curl {tag}: {status}");
+    };
+    load("warm", 1000);
+    assert!(
+        w.wait_for_stderr("per process now", std::time::Duration::from_secs(10)),
+        "the busy Go server's executable did not go per process: {:?}",
+        w.stderr_seen()
+    );
+    let before = go_plaintext_runs();
+    load("busy", LOAD);
+    let runs = go_plaintext_runs() - before;
+    assert!(
+        runs * 10 < LOAD,
+        "{LOAD} requests to the busy Go server ran the Go read/write programs {runs} times"
+    );
+    let lines = go_client(&exe, port, &["-n", "3", "-prefix", "/same-file"]);
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    let out = w.stop();
+    drop(stats);
+    let lport = &lines[0]["local_port"];
+    let client = out.requests_on(lport, "outbound");
+    assert_eq!(
+        client.len(),
+        3,
+        "the new Go client's requests on port {lport}: {client:#?}\nGo's: {lines:#?}"
+    );
+    for (i, (c, l)) in client.iter().zip(&lines).enumerate() {
+        assert_eq!(c["pid"], l["pid"], "{c:#}");
+        assert_eq!(c["path"], l["path"], "{c:#}");
+        assert_eq!(c["protocol"], "h2", "{c:#}");
+        assert_eq!(c["status"], 200, "{c:#}");
+        assert_eq!(c["request_index"], i + 1, "{c:#}");
+    }
+    let summary = out.summary();
+    let tls = &summary["tls"];
+    assert!(tls["plaintext_fell_back"].as_u64() >= Some(1), "{tls:#}");
+    let shown = exe.display().to_string();
+    let files = tls["files"].as_array().unwrap();
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == shown.as_str() && f["per_process"] == true),
+        "{shown} per process while its busy server runs: {files:#?}"
+    );
+    drop(server);
+}

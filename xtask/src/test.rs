@@ -41,6 +41,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     // TLS on the wire: Java's own TLS (JSSE), which no library probe sees.
     ("javac", "openjdk-17-jdk-headless"),
     ("go", "golang-go"),
+    // The kernel's own per-program run counts, read by a tool of its own.
+    ("bpftool", "bpftool"),
 ];
 
 fn have(cmd: &str) -> bool {

@@ -4,8 +4,10 @@
 //! struct offsets the probes read go into a kernel map under the
 //! executable's index, which rides in each probe's cookie.
 //!
-//! Go files are never made per process: a busy Go process is turned off in
-//! the kernel (its probes return after one lookup), the others keep theirs.
+//! The handshake probes are placed here; the read/write ones are handed to
+//! the manager as plaintext sites (entry and RET offsets, with their
+//! cookies), which it places for all processes and, while a busy Go
+//! process runs the file, per process like a library's (`tls::manager`).
 
 use std::path::Path;
 
@@ -29,6 +31,19 @@ use crate::{
     programs::{self, Feature, Library, GO_RETURN},
 };
 
+/// One uprobe of a TLS file: where it goes and the cookie it
+/// carries (for a library, its kind; for Go, also the executable's index
+/// and the RET flags).
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeSite {
+    pub program: &'static str,
+    pub symbol: &'static str,
+    pub offset: u64,
+    pub cookie: u64,
+    /// A return probe (libraries only; Go's RETs are entry probes).
+    pub ret: bool,
+}
+
 /// A Go executable looked at: probed, or why not (for `doctor`).
 #[derive(Clone, Debug, Serialize)]
 pub struct GoExecutableReport {
@@ -41,6 +56,14 @@ pub struct GoExecutableReport {
     pub offsets_from: Option<OffsetsSource>,
     /// Why it got no probes (no crypto/tls, stripped, unsupported version).
     pub not_probed: Option<String>,
+}
+
+/// What looking at a Go executable gave: its report, its file's (when it
+/// links crypto/tls) and the plaintext probes for the caller to place.
+pub struct GoConsidered {
+    pub report: GoExecutableReport,
+    pub file: Option<TlsFileReport>,
+    pub plaintext: Vec<ProbeSite>,
 }
 
 /// Go executables listed in the report at most (the rest are counted).
@@ -67,23 +90,23 @@ impl GoFiles {
         }
     }
 
-    /// Probes `path` if it is a Go executable with crypto/tls. None: not a
-    /// Go executable. `plaintext`: the read/write probes too.
+    /// Puts the handshake probes on `path` if it is a Go executable with
+    /// crypto/tls, and gives its plaintext sites for the caller to place.
+    /// None: not a Go executable.
     pub fn consider(
         &mut self,
         probes: &mut Probes,
         id: FileId,
         path: &Path,
         shown: &str,
-        plaintext: bool,
-    ) -> Option<(GoExecutableReport, Option<TlsFileReport>)> {
+    ) -> Option<GoConsidered> {
         let image = match golang::inspect(path) {
             Ok(None) => return None,
             Ok(Some(img)) => img,
             Err(e) => {
                 tracing::debug!("Go executable {shown}: not probed: {e}");
-                return Some((
-                    GoExecutableReport {
+                return Some(GoConsidered {
+                    report: GoExecutableReport {
                         path: shown.to_owned(),
                         version: e.version().map(str::to_owned),
                         probes: 0,
@@ -91,8 +114,9 @@ impl GoFiles {
                         offsets_from: None,
                         not_probed: Some(e.to_string()),
                     },
-                    None,
-                ));
+                    file: None,
+                    plaintext: Vec::new(),
+                });
             }
         };
         let mut file = TlsFileReport {
@@ -112,22 +136,48 @@ impl GoFiles {
             offsets_from: Some(image.offsets_from),
             not_probed: None,
         };
-        match self.register(&image) {
-            Ok(index) => {
-                report.probes =
-                    attach_all(probes, &image, path, index, plaintext, &mut file.errors);
-                file.probes = report.probes;
-                tracing::info!(
-                    "TLS: Go executable {shown} ({}, symbols from {:?}, offsets from {:?}) probed, {} probes",
-                    image.version,
-                    image.symbols_from,
-                    image.offsets_from,
-                    report.probes
-                );
+        let index = match self.register(&image) {
+            Ok(index) => index,
+            Err(why) => {
+                report.not_probed = Some(why);
+                return Some(GoConsidered {
+                    report,
+                    file: Some(file),
+                    plaintext: Vec::new(),
+                });
             }
-            Err(why) => report.not_probed = Some(why),
+        };
+        let base = u64::from(library::GO) | (u64::from(index) << 16);
+        for site in sites(&image, Feature::TlsHandshakes, base) {
+            match probes.attach_uprobe(
+                site.program,
+                site.symbol,
+                Some(site.offset),
+                path,
+                Some(site.cookie),
+                UProbeScope::AllProcesses,
+            ) {
+                Ok(_) => report.probes += 1,
+                Err(e) => {
+                    if file.errors.len() < 8 {
+                        file.errors.push(chain(&e));
+                    }
+                }
+            }
         }
-        Some((report, Some(file)))
+        file.probes = report.probes;
+        tracing::info!(
+            "TLS: Go executable {shown} ({}, symbols from {:?}, offsets from {:?}) probed, {} handshake probes",
+            image.version,
+            image.symbols_from,
+            image.offsets_from,
+            report.probes
+        );
+        Some(GoConsidered {
+            report,
+            file: Some(file),
+            plaintext: sites(&image, Feature::TlsPlaintext, base),
+        })
     }
 
     /// Gives the executable an index and its offsets to the kernel.
@@ -147,28 +197,15 @@ impl GoFiles {
     }
 }
 
-/// Entry probes on the functions found, and the return program on each of
-/// their RETs; returns how many were placed.
-fn attach_all(
-    probes: &mut Probes,
-    image: &GoImage,
-    path: &Path,
-    index: u32,
-    plaintext: bool,
-    errors: &mut Vec<String>,
-) -> usize {
-    let mut features = vec![Feature::TlsHandshakes];
-    if plaintext {
-        features.push(Feature::TlsPlaintext);
-    }
-    let entries: Vec<_> = features
-        .iter()
-        .flat_map(|&f| programs::uprobe_sites(f, Library::Go))
-        .filter(|s| s.program != GO_RETURN)
-        .collect();
-    let base = u64::from(library::GO) | (u64::from(index) << 16);
-    let mut placed = 0;
-    for site in entries {
+/// The entry probe of each of `feature`'s functions found in the image, and
+/// the return program on each of their RETs (Go's moving stacks rule out
+/// return probes).
+fn sites(image: &GoImage, feature: Feature, base: u64) -> Vec<ProbeSite> {
+    let mut out = Vec::new();
+    for site in programs::uprobe_sites(feature, Library::Go) {
+        if site.program == GO_RETURN {
+            continue;
+        }
         let Some(func) = image.functions.iter().find(|f| f.name == site.symbol) else {
             continue;
         };
@@ -177,30 +214,22 @@ fn attach_all(
         } else {
             0
         };
-        let at = std::iter::once((site.program, func.entry, base)).chain(
-            func.returns
-                .iter()
-                .map(|&r| (GO_RETURN, r, base | handshake)),
-        );
-        for (program, offset, cookie) in at {
-            match probes.attach_uprobe(
-                program,
-                site.symbol,
-                Some(offset),
-                path,
-                Some(cookie),
-                UProbeScope::AllProcesses,
-            ) {
-                Ok(_) => placed += 1,
-                Err(e) => {
-                    if errors.len() < 8 {
-                        errors.push(chain(&e));
-                    }
-                }
-            }
-        }
+        out.push(ProbeSite {
+            program: site.program,
+            symbol: site.symbol,
+            offset: func.entry,
+            cookie: base,
+            ret: false,
+        });
+        out.extend(func.returns.iter().map(|&r| ProbeSite {
+            program: GO_RETURN,
+            symbol: site.symbol,
+            offset: r,
+            cookie: base | handshake,
+            ret: false,
+        }));
     }
-    placed
+    out
 }
 
 /// Keeps the report's list bounded.

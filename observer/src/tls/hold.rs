@@ -97,6 +97,17 @@ impl Holds {
         });
     }
 
+    /// A file whose processes must be held again: a Go executable made
+    /// per process, whose new processes need probes of their own before
+    /// they run.
+    pub fn forget_file(&mut self, id: FileId) {
+        let _ = self.known.remove(&ExeKey {
+            ino: id.1,
+            dev: kernel_dev(id.0),
+            _pad: 0,
+        });
+    }
+
     /// A file looked at, as the kernel named it.
     pub fn know(&mut self, exe: ExeKey) {
         let _ = self.known.insert(exe, 1, 0);

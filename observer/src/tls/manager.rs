@@ -16,7 +16,9 @@
 //! process gets its probes when it starts TLS (its first TLS context or
 //! session), and loses the start of a connection faster than that attach.
 //! When the last busy process on it exits or execs, the file goes back to
-//! all processes.
+//! all processes. A Go executable's read/write probes (`tls::go`) are
+//! handled the same way: a busy Go server stops trapping, the other
+//! processes running the same file keep their capture.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -36,7 +38,7 @@ use observer_common::{
 };
 
 use super::{
-    go::{listed, GoFiles},
+    go::{listed, GoConsidered, GoFiles, ProbeSite},
     hold::{resume, Holds},
     report::{Policy, Settings, TlsFileReport, TlsReport},
     uprobe_events::{EventId, UprobeEvents},
@@ -71,7 +73,11 @@ pub enum Command {
 
 struct TlsFile {
     attach: PathBuf,
-    image: TlsImage,
+    /// Its plaintext uprobes (placed for all processes or per process).
+    plaintext_sites: Vec<ProbeSite>,
+    /// A program's executable (Go), not a library: while it is per
+    /// process, its new processes are held at exec for their probes.
+    executable: bool,
     report: usize,
     /// The all-process plaintext probes (empty: the file is per process).
     all: Vec<(&'static str, UprobeLink)>,
@@ -121,6 +127,9 @@ pub struct TlsProbes {
     go: GoFiles,
     /// Holding new executables at exec, while the manager runs.
     holds: Option<Holds>,
+    /// Processes of a per-process executable given their probes while held
+    /// at exec: their exec is handled already.
+    probed_at_exec: HashSet<u32>,
     pub report: TlsReport,
 }
 
@@ -133,14 +142,26 @@ const FULL_SCAN: Duration = Duration::from_secs(10);
 /// runtimes load more later; look again.
 const EXEC_SCANS: [Duration; 2] = [Duration::from_millis(50), Duration::from_secs(1)];
 
-/// The table's uprobes of `feature` for a TLS library of kind `lib`.
-fn sites(lib: u8, feature: Feature) -> Vec<UprobeSite> {
-    let kind = if lib == library::GNUTLS {
+/// The table's uprobes of `feature` found in a TLS library's image, the
+/// library's kind their cookie.
+fn sites(image: &TlsImage, feature: Feature) -> Vec<ProbeSite> {
+    let kind = if image.library == library::GNUTLS {
         Library::GnuTls
     } else {
         Library::OpenSsl
     };
     programs::uprobe_sites(feature, kind)
+        .into_iter()
+        .filter_map(|hook: UprobeSite| {
+            Some(ProbeSite {
+                program: hook.program,
+                symbol: hook.symbol,
+                offset: image.offset(hook.symbol)?,
+                cookie: u64::from(image.library),
+                ret: hook.ret,
+            })
+        })
+        .collect()
 }
 
 impl TlsProbes {
@@ -171,6 +192,7 @@ impl TlsProbes {
         Self {
             go: GoFiles::new(probes),
             holds: None,
+            probed_at_exec: HashSet::new(),
             events: UprobeEvents::new(tracefs),
             settings,
             proc_root: proc_root.to_owned(),
@@ -310,7 +332,6 @@ impl TlsProbes {
                     Some(tls) if self.usable() => tls,
                     None if self.usable() => {
                         self.consider_go(probes, id, path, shown);
-                        self.files.insert(id, None);
                         return;
                     }
                     _ => {
@@ -335,18 +356,8 @@ impl TlsProbes {
             per_process: false,
             errors: Vec::new(),
         };
-        for hook in sites(image.library, Feature::TlsHandshakes) {
-            let Some(offset) = image.offset(hook.symbol) else {
-                continue;
-            };
-            match attach(
-                probes,
-                &hook,
-                path,
-                offset,
-                image.library,
-                UProbeScope::AllProcesses,
-            ) {
+        for site in sites(&image, Feature::TlsHandshakes) {
+            match attach(probes, &site, path) {
                 Ok(_) => report.probes += 1,
                 Err(e) => {
                     self.report.attach_errors += 1;
@@ -361,11 +372,25 @@ impl TlsProbes {
             report.probes
         );
         self.report.files.push(report);
-        let idx = self.report.files.len() - 1;
+        let plaintext_sites = sites(&image, Feature::TlsPlaintext);
+        self.add_file(probes, id, path, plaintext_sites, false);
+    }
+
+    /// A TLS file whose handshake probes are placed and reported (the last
+    /// report): its plaintext probes go on for all processes.
+    fn add_file(
+        &mut self,
+        probes: &mut Probes,
+        id: FileId,
+        path: &Path,
+        plaintext_sites: Vec<ProbeSite>,
+        executable: bool,
+    ) {
         let mut file = TlsFile {
             attach: path.to_owned(),
-            image,
-            report: idx,
+            plaintext_sites,
+            executable,
+            report: self.report.files.len() - 1,
             all: Vec::new(),
             busy: HashSet::new(),
             plaintext: None,
@@ -376,16 +401,35 @@ impl TlsProbes {
         self.files.insert(id, Some(file));
     }
 
-    /// A Go executable gets its crypto/tls probes (for all processes; see
-    /// `tls::go`), or the report says why not.
+    /// A Go executable gets its crypto/tls probes, or the report says why
+    /// not; its plaintext probes are kept like a library's.
     fn consider_go(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
-        let plaintext = self.settings.policy != Policy::Off;
-        let Some((go, file)) = self.go.consider(probes, id, path, shown, plaintext) else {
+        let Some(GoConsidered {
+            report: mut go,
+            file,
+            plaintext,
+        }) = self.go.consider(probes, id, path, shown)
+        else {
+            self.files.insert(id, None);
             return;
         };
         if let Some(file) = file {
             self.report.attach_errors += file.errors.len() as u64;
             self.report.files.push(file);
+        }
+        if plaintext.is_empty() {
+            self.files.insert(id, None);
+        } else {
+            // Its file report is the last one.
+            self.add_file(probes, id, path, plaintext, true);
+            let placed = match self.files.get(&id) {
+                Some(Some(f)) => f.all.len(),
+                _ => 0,
+            };
+            go.probes += placed;
+            if let Some(r) = self.report.files.last_mut() {
+                r.probes += placed;
+            }
         }
         if !listed(&mut self.report.go_executables, go) {
             self.report.go_executables_unlisted += 1;
@@ -394,19 +438,9 @@ impl TlsProbes {
 
     /// The plaintext probes on `file` for all processes.
     fn attach_all(&mut self, probes: &mut Probes, file: &mut TlsFile) {
-        for hook in sites(file.image.library, Feature::TlsPlaintext) {
-            let Some(offset) = file.image.offset(hook.symbol) else {
-                continue;
-            };
-            match attach(
-                probes,
-                &hook,
-                &file.attach,
-                offset,
-                file.image.library,
-                UProbeScope::AllProcesses,
-            ) {
-                Ok(link) => file.all.push((hook.program, link)),
+        for site in &file.plaintext_sites {
+            match attach(probes, site, &file.attach) {
+                Ok(link) => file.all.push((site.program, link)),
                 Err(e) => self.file_error(file.report, e),
             }
         }
@@ -437,6 +471,9 @@ impl TlsProbes {
             }
             Command::Exec(pid) => {
                 tracing::debug!("TLS: pid {pid} exec");
+                if self.probed_at_exec.remove(&pid) {
+                    return;
+                }
                 self.forget(probes, pid);
                 // Right after exec only the executable (and the loader) are
                 // mapped: one that carries its own TLS library (Node.js)
@@ -469,8 +506,20 @@ impl TlsProbes {
     fn on_held(&mut self, probes: &mut Probes, ev: HoldEvent) {
         use std::os::unix::fs::MetadataExt;
         let exe = self.proc_root.join(ev.pid.to_string()).join("exe");
+        let mut known = true;
         if let Ok(md) = std::fs::metadata(&exe) {
             let id = (md.dev(), md.ino());
+            if self.is_per_process(id) {
+                // A busy process runs this Go executable: this one gets
+                // probes of its own before it runs, and the next is held
+                // too.
+                known = false;
+                self.forget(probes, ev.pid);
+                if self.settings.policy == Policy::Auto {
+                    self.follow(probes, ev.pid);
+                    self.probed_at_exec.insert(ev.pid);
+                }
+            }
             let shown = std::fs::read_link(&exe)
                 .map(|p| p.display().to_string())
                 .unwrap_or_default();
@@ -482,7 +531,7 @@ impl TlsProbes {
             };
             self.consider(probes, id, &path, &shown);
         }
-        if let Some(h) = &mut self.holds {
+        if let Some(h) = self.holds.as_mut().filter(|_| known) {
             h.know(ev.exe);
         }
         resume(ev.pid);
@@ -541,6 +590,7 @@ impl TlsProbes {
     /// kernel entry goes, and with it any "off"); a file it kept per
     /// process goes back to all processes.
     fn forget(&mut self, probes: &mut Probes, pid: u32) {
+        self.probed_at_exec.remove(&pid);
         if self.procs.remove(&pid).is_some() {
             self.report.plaintext_processes = self.procs.len();
         }
@@ -560,6 +610,12 @@ impl TlsProbes {
         if let Some(map) = &mut self.procs_map {
             let _ = map.remove(&pid);
         }
+    }
+
+    /// A file whose plaintext probes are per process now (a busy process
+    /// maps it).
+    fn is_per_process(&self, id: FileId) -> bool {
+        matches!(self.files.get(&id), Some(Some(f)) if f.all.is_empty() && !f.busy.is_empty())
     }
 
     /// A process began TLS: its rate is watched from now, and on the files
@@ -628,6 +684,11 @@ impl TlsProbes {
         if let Some(r) = self.report.files.get_mut(file.report) {
             r.per_process = true;
         }
+        if file.executable {
+            if let Some(h) = &mut self.holds {
+                h.forget_file(id);
+            }
+        }
         self.report.files_per_process_total += 1;
         tracing::info!(
             "TLS: {} per process now (a busy process maps it), in {:?}",
@@ -643,6 +704,11 @@ impl TlsProbes {
             return;
         };
         self.attach_all(probes, &mut file);
+        if file.executable {
+            if let Some(h) = &mut self.holds {
+                h.know_file(id);
+            }
+        }
         self.files.insert(id, Some(file));
         for f in self.procs.values_mut() {
             f.probes.remove(&id);
@@ -676,12 +742,8 @@ impl TlsProbes {
                 reachable_path(&self.proc_root, pid, m)
             };
             let Some(path) = path else { return };
-            let lib = u64::from(file.image.library);
-            for hook in sites(file.image.library, Feature::TlsPlaintext) {
-                let Some(offset) = file.image.offset(hook.symbol) else {
-                    continue;
-                };
-                match probes.process_uprobe(hook.program, &path, offset, lib, pid) {
+            for site in &file.plaintext_sites {
+                match probes.process_uprobe(site.program, &path, site.offset, site.cookie, pid) {
                     Some(Ok(link)) => held.push(ProcessProbe::Link(link)),
                     Some(Err(e)) => errors.push(chain(&e)),
                     None => {}
@@ -697,18 +759,17 @@ impl TlsProbes {
             };
             let Some(path) = path else { return };
             let mut ids = Vec::new();
-            for hook in sites(file.image.library, Feature::TlsPlaintext) {
-                let Some(offset) = file.image.offset(hook.symbol) else {
-                    continue;
-                };
-                let lib = u64::from(file.image.library);
+            for site in &file.plaintext_sites {
                 let defined = probes
-                    .uprobe_fd(hook.program)
+                    .uprobe_fd(site.program)
                     .map_err(|e| chain(&e))
-                    .and_then(|fd| self.events.define(&path, offset, hook.ret, fd.as_fd(), lib))
-                    .map_err(|e| format!("{} at {}: {e}", hook.program, hook.symbol));
+                    .and_then(|fd| {
+                        self.events
+                            .define(&path, site.offset, site.ret, fd.as_fd(), site.cookie)
+                    })
+                    .map_err(|e| format!("{} at {}: {e}", site.program, site.symbol));
                 probes.note_external(
-                    hook.program,
+                    site.program,
                     defined.as_ref().map(|_| ()).map_err(Clone::clone),
                 );
                 match defined {
@@ -807,22 +868,15 @@ fn same_file(path: &Path, id: FileId) -> bool {
     std::fs::metadata(path).is_ok_and(|md| (md.dev(), md.ino()) == id)
 }
 
-fn attach(
-    probes: &mut Probes,
-    hook: &UprobeSite,
-    path: &Path,
-    offset: u64,
-    lib: u8,
-    scope: UProbeScope,
-) -> Result<UprobeLink, String> {
+fn attach(probes: &mut Probes, site: &ProbeSite, path: &Path) -> Result<UprobeLink, String> {
     probes
         .attach_uprobe(
-            hook.program,
-            hook.symbol,
-            Some(offset),
+            site.program,
+            site.symbol,
+            Some(site.offset),
             path,
-            Some(u64::from(lib)),
-            scope,
+            Some(site.cookie),
+            UProbeScope::AllProcesses,
         )
         .map_err(|e| chain(&e))
 }
