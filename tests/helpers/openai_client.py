@@ -8,13 +8,37 @@ usage included; prints one JSON line: the connection's local port (read off
 the SDK's pool), the time from the call to the first chunk (ttfb_ms) and to
 the first chunk carrying content (ttft_ms), the chunks, the usage and the
 model the server named, the finish reason.
+
+A chunk's time is that of the socket read that brought its last bytes (the
+reads are patched to note when each returned), as curl's -w and Go's
+httptrace time the wire: the SDK's parsing after it (pure-Python h2, SSE,
+pydantic), or the scheduler running something else first, is not the
+server's.
 """
 import argparse
 import json
+import os
 import socket
+import ssl
 import time
 
-import openai
+# The SDK builds each pydantic model on its first use, by default: build
+# them as it is imported, before any timing.
+os.environ.setdefault("DEFER_PYDANTIC_BUILD", "false")
+
+import openai  # noqa: E402
+
+# perf_counter() when the last socket read that returned bytes did.
+LAST_READ = [None]
+
+
+def noting_reads(read):
+    def noted(self, *args, **kw):
+        got = read(self, *args, **kw)
+        if got:  # bytes, or a count of bytes read into a buffer
+            LAST_READ[0] = time.perf_counter()
+        return got
+    return noted
 
 
 def wait_of(fingerprint):
@@ -40,6 +64,10 @@ def main():
 
     # The SDK's transport connects deep inside; note each socket's port.
     socket.socket.connect = connect
+    # And when each read returns.
+    for cls, names in ((socket.socket, ("recv", "recv_into")), (ssl.SSLSocket, ("recv", "recv_into", "read"))):
+        for name in names:
+            setattr(cls, name, noting_reads(getattr(cls, name)))
     scheme = "http" if a.plain else "https"
     client = openai.OpenAI(
         base_url="%s://127.0.0.1:%d/v1" % (scheme, a.port),
@@ -48,6 +76,7 @@ def main():
         http_client=openai.DefaultHttpx2Client(verify=False, http2=a.http2),
     )
     for model in a.model:
+        LAST_READ[0] = None
         t0 = time.perf_counter()
         stream = client.chat.completions.create(
             model=model,
@@ -58,7 +87,7 @@ def main():
         ttfb = ttft = usage = finish = served = server_wait = None
         chunks = 0
         for ch in stream:
-            t = (time.perf_counter() - t0) * 1000
+            t = ((LAST_READ[0] or time.perf_counter()) - t0) * 1000
             chunks += 1
             if ttfb is None:
                 ttfb = t

@@ -657,10 +657,10 @@ fn openai_sdk_over_http2_through_nginx() {
         assert_eq!(served["comm"], "nginx");
         assert!(ms_of(&served["ttfb_ns"]) <= ttfb, "{served:#}");
     }
-    // The SDK's own clock also holds building the request and its
-    // pure-Python h2 and SSE decoding (3.3-6 ms seen on a quiet machine; the
-    // first call also its connection's set-up): the closest call must agree
-    // within 10 ms.
+    // The SDK's own clock (each chunk at the socket read that brought it;
+    // helpers/openai_client.py) also holds building the request and its
+    // pure-Python h2 encoding (the first call also its connection's
+    // set-up): the closest call must agree within 10 ms.
     for (what, (ours, own)) in [("SDK first byte", &ttfbs), ("SDK first token", &ttfts)] {
         agree_with_clock(what, ours, own, FIRST_MS, TOL_MS, 10.0);
     }
