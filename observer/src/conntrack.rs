@@ -46,6 +46,24 @@ struct Live {
 /// Interned thread names are forgotten past this many distinct ones.
 const MAX_NAMES: usize = 4096;
 
+/// How long a close waits for the last bytes of an exchange in flight. A
+/// library call's plaintext leaves at its return, which can come after the
+/// bytes it wrote made the peer close and the close event overtook it (a
+/// Go goroutine descheduled between its send and its RET; an OpenSSL
+/// uretprobe's thread preempted): without the wait the answer ends
+/// "incomplete" on one end and its last bytes become an answer without a
+/// request.
+const CLOSE_LINGER_NS: u64 = 100_000_000;
+/// Closes waiting at most (the oldest goes first past it).
+const MAX_CLOSING: usize = 1024;
+
+/// A close held back for the last bytes of an exchange in flight.
+struct Closing {
+    due_ns: u64,
+    conn: Conn,
+    tls: TlsConn,
+}
+
 pub struct ConnTable {
     live: HashMap<u64, Live>,
     /// Interned kernel thread names.
@@ -74,6 +92,14 @@ pub struct ConnTable {
     /// HTTP/1.x conversations by socket: kept apart from `live`, since a
     /// server's first request arrives before its owner is known.
     http: HashMap<u64, crate::http::Conversation>,
+    /// Closes waiting for an exchange's last bytes (see CLOSE_LINGER_NS).
+    closing: Vec<Closing>,
+    /// Connection records of closes that waited, not yet taken by the
+    /// correlator.
+    pub conns_out: Vec<ConnRecord>,
+    /// Closes that waited, and those whose exchange ended meanwhile.
+    pub close_lingered: u64,
+    pub close_linger_completed: u64,
 }
 
 impl ConnTable {
@@ -93,7 +119,54 @@ impl ConnTable {
             keep_query: false,
             tls_unmeasured: crate::stats::TlsFirstByteUnmeasured::default(),
             http: HashMap::new(),
+            closing: Vec::new(),
+            conns_out: Vec::new(),
+            close_lingered: 0,
+            close_linger_completed: 0,
         }
+    }
+
+    /// Ends the waiting closes that are due (all with `u64::MAX`): their
+    /// records go to `conns_out`.
+    pub fn end_closes_due(&mut self, now_ns: u64) {
+        let mut i = 0;
+        while i < self.closing.len() {
+            if self.closing[i].due_ns <= now_ns {
+                let c = self.closing.swap_remove(i);
+                let r = self.close(c.conn, c.tls);
+                self.conns_out.push(r);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// The waiting close of `sk`, if any, ended now: a new connection has
+    /// the socket, or its exchange ended.
+    fn end_close_of(&mut self, sk: u64) {
+        if let Some(i) = self.closing.iter().position(|c| c.conn.sk == sk) {
+            let c = self.closing.swap_remove(i);
+            let r = self.close(c.conn, c.tls);
+            self.conns_out.push(r);
+        }
+    }
+
+    /// Holds the close back when its conversation has an exchange in
+    /// flight; false: close it now.
+    fn linger(&mut self, conn: &Conn, tls: &TlsConn) -> bool {
+        if !self.http.get(&conn.sk).is_some_and(|c| c.in_flight()) {
+            return false;
+        }
+        if self.closing.len() >= MAX_CLOSING {
+            self.end_closes_due(u64::MAX);
+        }
+        self.close_lingered += 1;
+        self.closing.push(Closing {
+            due_ns: crate::clock::monotonic_ns() + CLOSE_LINGER_NS,
+            conn: *conn,
+            tls: *tls,
+        });
+        true
     }
 
     /// Answers seen without their request on the connections still open and
@@ -211,6 +284,9 @@ impl ConnTable {
                 direction,
                 remote,
             } => {
+                // A new connection on the socket: the earlier one's waiting
+                // close ends first.
+                self.end_close_of(sk);
                 // The lookup an outbound connection follows is marked at
                 // connect: it is not traced on its own.
                 if let (observer_common::DIR_OUTBOUND, Some(ip)) = (direction, remote) {
@@ -247,63 +323,13 @@ impl ConnTable {
                 None
             }
             Event::Close(conn, tls) => {
-                let live = self.live.remove(&conn.sk);
-                let mut r = ConnRecord::new(
-                    &conn,
-                    live.as_ref().map(|l| &l.owner),
-                    &self.clock,
-                    State::Closed,
-                );
-                // Requests the close ends are made once the record has its
-                // TLS and lookup: the first one's trace shows those phases.
-                let mut ended = Vec::new();
-                if let Some(mut c) = self.http.remove(&conn.sk) {
-                    set_direction(&mut r, c.owner_is_client);
-                    self.http_orphans_closed += c.orphans;
-                    if let Some(h2) = &c.h2 {
-                        self.h2_losses_closed.0 += h2.undecodable;
-                        self.h2_losses_closed.1 += h2.lost;
-                        r.http2 = Some(h2.counts());
-                    }
-                    // A plain connection whose copying stopped (busy): what
-                    // was in flight is not known to have ended badly. (A TLS
-                    // connection's own packets are never HTTP: its plaintext
-                    // comes from the library.)
-                    let stopped =
-                        conn.flags & FLAG_TLS == 0 && conn.http == observer_common::http::NO;
-                    r.first_request = c.first_request;
-                    if !stopped {
-                        ended = c.close();
-                    }
+                // A close of the socket's earlier connection still waiting
+                // ends first.
+                self.end_close_of(conn.sk);
+                if self.linger(&conn, &tls) {
+                    return None;
                 }
-                let name = live.and_then(|l| l.server_name);
-                r.tls = TlsRecord::new(
-                    &tls,
-                    &conn,
-                    r.direction,
-                    State::Closed,
-                    name,
-                    Some(&self.clock),
-                );
-                match r.tls.as_ref().and_then(|t| t.ttfb_unmeasured) {
-                    Some(TtfbUnmeasured::ClientSocketOnly) => {
-                        self.tls_unmeasured.client_socket_only += 1;
-                    }
-                    Some(TtfbUnmeasured::PlaintextLate) => self.tls_unmeasured.plaintext_late += 1,
-                    Some(TtfbUnmeasured::WireTls13) => self.tls_unmeasured.wire_tls13 += 1,
-                    None => {}
-                }
-                join_dns(&mut self.lookups, &mut r);
-                for (x, cut) in ended {
-                    let q = RequestRecord::new(&x, cut, &r, &self.clock, self.keep_query);
-                    if q.connection.is_some() {
-                        r.first_request = Some(FirstRequest {
-                            waited: q.ttfb_ns.is_some(),
-                        });
-                    }
-                    self.requests_out.push(q);
-                }
-                Some(r)
+                Some(self.close(conn, tls))
             }
             Event::Dns(ev) => {
                 let mut r = DnsRecord::new(&ev, &self.clock);
@@ -336,7 +362,18 @@ impl ConnTable {
                 None
             }
             Event::Plaintext(ev) => {
+                let sk = ev.conn.sk;
+                let waiting = self.closing.iter().position(|c| c.conn.sk == sk);
+                let same =
+                    waiting.is_some_and(|i| self.closing[i].conn.start_ns == ev.conn.start_ns);
+                if waiting.is_some() && !same {
+                    self.end_close_of(sk);
+                }
                 self.http_data(&ev);
+                if same && !self.http.get(&sk).is_some_and(|c| c.in_flight()) {
+                    self.close_linger_completed += 1;
+                    self.end_close_of(sk);
+                }
                 None
             }
             // For the TLS probe manager, not for the table.
@@ -354,6 +391,66 @@ impl ConnTable {
                 None
             }
         }
+    }
+
+    /// A connection's final record, and its requests in flight ended.
+    fn close(&mut self, conn: Conn, tls: TlsConn) -> ConnRecord {
+        let live = self.live.remove(&conn.sk);
+        let mut r = ConnRecord::new(
+            &conn,
+            live.as_ref().map(|l| &l.owner),
+            &self.clock,
+            State::Closed,
+        );
+        // Requests the close ends are made once the record has its
+        // TLS and lookup: the first one's trace shows those phases.
+        let mut ended = Vec::new();
+        if let Some(mut c) = self.http.remove(&conn.sk) {
+            set_direction(&mut r, c.owner_is_client);
+            self.http_orphans_closed += c.orphans;
+            if let Some(h2) = &c.h2 {
+                self.h2_losses_closed.0 += h2.undecodable;
+                self.h2_losses_closed.1 += h2.lost;
+                r.http2 = Some(h2.counts());
+            }
+            // A plain connection whose copying stopped (busy): what
+            // was in flight is not known to have ended badly. (A TLS
+            // connection's own packets are never HTTP: its plaintext
+            // comes from the library.)
+            let stopped = conn.flags & FLAG_TLS == 0 && conn.http == observer_common::http::NO;
+            r.first_request = c.first_request;
+            if !stopped {
+                ended = c.close();
+            }
+        }
+        let name = live.and_then(|l| l.server_name);
+        r.tls = TlsRecord::new(
+            &tls,
+            &conn,
+            r.direction,
+            State::Closed,
+            name,
+            Some(&self.clock),
+        );
+        match r.tls.as_ref().and_then(|t| t.ttfb_unmeasured) {
+            Some(TtfbUnmeasured::ClientSocketOnly) => {
+                self.tls_unmeasured.client_socket_only += 1;
+            }
+            Some(TtfbUnmeasured::PlaintextLate) => self.tls_unmeasured.plaintext_late += 1,
+            Some(TtfbUnmeasured::WireTls13) => self.tls_unmeasured.wire_tls13 += 1,
+            None => {}
+        }
+        join_dns(&mut self.lookups, &mut r);
+        for (x, cut) in ended {
+            let q = RequestRecord::new(&x, cut, &r, &self.clock, self.keep_query);
+            if q.connection.is_some() {
+                r.first_request = Some(FirstRequest {
+                    waited: q.ttfb_ns.is_some(),
+                });
+            }
+            self.requests_out.push(q);
+        }
+        r
     }
 
     /// Snapshot records ("state": "open") of connections open for at least
@@ -489,7 +586,9 @@ fn snapshot(
 mod tests {
     use std::cell::RefCell;
 
-    use observer_common::{AF_INET, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED};
+    use observer_common::{
+        tls::op, AF_INET, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED,
+    };
 
     use super::*;
 
@@ -678,5 +777,82 @@ mod tests {
         assert!(exe.ends_with("true"), "{exe}");
         t.handle(Event::Exit { pid: me });
         assert!(t.procs.is_empty());
+    }
+
+    fn plain(conn: Conn, op: u8, t: u64, bytes: &[u8]) -> Event {
+        Event::Plaintext(Box::new(observer_common::http::PlaintextEvent::of_call(
+            conn,
+            op,
+            t,
+            bytes,
+            observer_common::http::DATA_FROM_START,
+        )))
+    }
+
+    const ASKED: &[u8] = b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n";
+    const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+
+    /// A close seen before the read that brought the answer's last bytes
+    /// (the library call returned after the peer closed): the close waits,
+    /// and the answer ends whole, not "incomplete" with an orphan after it.
+    #[test]
+    fn a_close_waits_for_the_last_bytes_of_an_answer_in_flight() {
+        let me = std::process::id();
+        let mut t = table();
+        t.handle(owner_event(1, me));
+        let c = conn(1, me);
+        t.handle(plain(c, op::WRITE, 1_000, ASKED));
+        t.handle(plain(c, op::READ, 2_000, HEAD));
+        let closed = Conn { end_ns: 4_000, ..c };
+        assert_eq!(t.handle(Event::Close(closed, TlsConn::default())), None);
+        assert!(t.conns_out.is_empty() && t.requests_out.is_empty());
+        t.handle(plain(c, op::READ, 3_000, b"hello"));
+        assert_eq!(t.conns_out.len(), 1, "the close ends with its exchange");
+        assert_eq!(t.conns_out[0].state, State::Closed);
+        assert_eq!(t.requests_out.len(), 1);
+        let q = &t.requests_out[0];
+        assert_eq!((q.status, q.error), (Some(200), None));
+        assert_eq!(t.http_orphans(), 0);
+        assert_eq!((t.close_lingered, t.close_linger_completed), (1, 1));
+    }
+
+    /// A close without an exchange in flight is made at once; one whose
+    /// last bytes never come ends when due, cut; a new connection on the
+    /// socket ends the old one's waiting close first.
+    #[test]
+    fn a_waiting_close_ends_when_due_or_when_the_socket_is_reused() {
+        let me = std::process::id();
+        let mut t = table();
+        let c = conn(1, me);
+        t.handle(plain(c, op::WRITE, 1_000, ASKED));
+        t.handle(plain(c, op::READ, 2_000, HEAD));
+        t.handle(plain(c, op::READ, 2_500, b"hello"));
+        let closed = Conn { end_ns: 4_000, ..c };
+        assert!(t.handle(Event::Close(closed, TlsConn::default())).is_some());
+
+        let c = conn(2, me);
+        t.handle(plain(c, op::WRITE, 1_000, ASKED));
+        t.handle(plain(c, op::READ, 2_000, HEAD));
+        let closed = Conn { end_ns: 4_000, ..c };
+        assert_eq!(t.handle(Event::Close(closed, TlsConn::default())), None);
+        t.end_closes_due(crate::clock::monotonic_ns());
+        assert!(t.conns_out.is_empty(), "not due yet");
+        t.end_closes_due(u64::MAX);
+        assert_eq!(t.conns_out.len(), 1);
+        let q = t.requests_out.last().expect("the cut request");
+        assert_eq!(q.error, Some("incomplete"));
+
+        t.conns_out.clear();
+        let c = conn(3, me);
+        t.handle(plain(c, op::WRITE, 1_000, ASKED));
+        let closed = Conn { end_ns: 4_000, ..c };
+        assert_eq!(t.handle(Event::Close(closed, TlsConn::default())), None);
+        let again = Conn {
+            start_ns: 9_000,
+            ..conn(3, me)
+        };
+        t.handle(plain(again, op::WRITE, 9_500, ASKED));
+        assert_eq!(t.conns_out.len(), 1, "the old close ended first");
+        assert_eq!(t.conns_out[0].start_unix_ns, t.clock.to_unix_ns(100));
     }
 }

@@ -311,12 +311,22 @@ pub(crate) async fn correlate(
                     if let Some(r) = table.handle(ev) {
                         emit(r);
                     }
+                    for r in table.conns_out.drain(..) {
+                        emit(r);
+                    }
                     for d in table.dns_out.drain(..) {
                         emit_dns(d);
                     }
                     for r in table.requests_out.drain(..) {
                         emit_request(r);
                     }
+                }
+                table.end_closes_due(monotonic_ns());
+                for r in table.conns_out.drain(..) {
+                    emit(r);
+                }
+                for r in table.requests_out.drain(..) {
+                    emit_request(r);
                 }
             }
             _ = tick.tick() => {
@@ -337,6 +347,13 @@ pub(crate) async fn correlate(
                         }
                     }
                 }
+                table.end_closes_due(monotonic_ns());
+                for r in table.conns_out.drain(..) {
+                    emit(r);
+                }
+                for r in table.requests_out.drain(..) {
+                    emit_request(r);
+                }
                 if !update_interval.is_zero() {
                     let interval = update_interval.as_nanos() as u64;
                     for r in table.periodic(&conns, monotonic_ns(), interval) {
@@ -345,6 +362,10 @@ pub(crate) async fn correlate(
                 }
             }
         }
+    }
+    table.end_closes_due(u64::MAX);
+    for r in table.conns_out.drain(..) {
+        emit(r);
     }
     for r in table.drain_open(&conns) {
         emit(r);
@@ -355,6 +376,13 @@ pub(crate) async fn correlate(
     stats
         .http_orphans
         .store(table.http_orphans(), std::sync::atomic::Ordering::Relaxed);
+    stats
+        .closes_waited
+        .store(table.close_lingered, std::sync::atomic::Ordering::Relaxed);
+    stats.closes_waited_completed.store(
+        table.close_linger_completed,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let (undecodable, out_of_step) = table.h2_losses();
     Stats::add(&stats.h2_undecodable, undecodable);
     Stats::add(&stats.h2_out_of_step, out_of_step);

@@ -34,6 +34,8 @@ pub struct Stats {
     pub requests: AtomicU64,
     /// Answers seen without their request (per-process probes came between).
     pub http_orphans: AtomicU64,
+    pub closes_waited: AtomicU64,
+    pub closes_waited_completed: AtomicU64,
     /// HTTP/2 header blocks not decoded.
     pub h2_undecodable: AtomicU64,
     /// HTTP/2 frames lost track of.
@@ -126,6 +128,11 @@ pub struct HttpSummary {
     /// Answers whose request was not seen: the process's plaintext probes
     /// came in between (its first request, under the `auto` policy).
     pub answers_without_request: u64,
+    /// Closes held back (up to 100 ms) because an exchange was in flight:
+    /// its last bytes may come from a library call that returns after the
+    /// close was seen; and of those, the ones whose exchange then ended.
+    pub closes_waited: u64,
+    pub closes_waited_completed: u64,
     /// Plain connections whose payload stopped being copied: over 2,000
     /// segments a second.
     pub busy_connections: u64,

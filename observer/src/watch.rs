@@ -286,6 +286,8 @@ pub async fn run_with(
         requests: Stats::get(&stats.requests),
         http: crate::stats::HttpSummary {
             answers_without_request: Stats::get(&stats.http_orphans),
+            closes_waited: Stats::get(&stats.closes_waited),
+            closes_waited_completed: Stats::get(&stats.closes_waited_completed),
             busy_connections: k(Counter::HttpBusy),
             insert_failed: k(Counter::HttpInsertFailed),
             h2_undecodable_headers: Stats::get(&stats.h2_undecodable),

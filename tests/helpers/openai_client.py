@@ -28,17 +28,7 @@ os.environ.setdefault("DEFER_PYDANTIC_BUILD", "false")
 
 import openai  # noqa: E402
 
-# perf_counter() when the last socket read that returned bytes did.
-LAST_READ = [None]
-
-
-def noting_reads(read):
-    def noted(self, *args, **kw):
-        got = read(self, *args, **kw)
-        if got:  # bytes, or a count of bytes read into a buffer
-            LAST_READ[0] = time.perf_counter()
-        return got
-    return noted
+from wire_clock import LAST_READ, patch_reads  # noqa: E402
 
 
 def wait_of(fingerprint):
@@ -65,9 +55,7 @@ def main():
     # The SDK's transport connects deep inside; note each socket's port.
     socket.socket.connect = connect
     # And when each read returns.
-    for cls, names in ((socket.socket, ("recv", "recv_into")), (ssl.SSLSocket, ("recv", "recv_into", "read"))):
-        for name in names:
-            setattr(cls, name, noting_reads(getattr(cls, name)))
+    patch_reads(socket, ssl)
     scheme = "http" if a.plain else "https"
     client = openai.OpenAI(
         base_url="%s://127.0.0.1:%d/v1" % (scheme, a.port),

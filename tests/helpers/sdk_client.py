@@ -62,11 +62,9 @@ try:
 except ImportError:  # SDK versions built on the original httpx
     import httpx
 
+from wire_clock import LAST_READ, SENT, noting_writes, patch_reads  # noqa: E402
+
 PROMPT = "Say five words."
-# perf_counter() of each socket write since the current call began.
-SENT = []
-# perf_counter() when the last socket read that returned bytes did.
-LAST_READ = [None]
 
 
 class Call:
@@ -291,22 +289,6 @@ def gemini(http, base, model, stream, c, sse):
                     buf = buf[end:]
 
 
-def noting_writes(write):
-    def noted(self, *args, **kw):
-        SENT.append(time.perf_counter())
-        return write(self, *args, **kw)
-    return noted
-
-
-def noting_reads(read):
-    def noted(self, *args, **kw):
-        got = read(self, *args, **kw)
-        if got:  # bytes, or a count of bytes read into a buffer
-            LAST_READ[0] = time.perf_counter()
-        return got
-    return noted
-
-
 def warm(models, type_, value):
     """Builds what the SDK's parse of type_ builds on first use (its
     discriminated-union table), with a sample value, before any timing."""
@@ -342,9 +324,7 @@ def main():
         for name in ("send", "sendall"):
             setattr(cls, name, noting_writes(getattr(cls, name)))
     # And when each read returns (the handshake's are before the call's t0).
-    for cls, names in ((socket.socket, ("recv", "recv_into")), (ssl.SSLSocket, ("recv", "recv_into", "read"))):
-        for name in names:
-            setattr(cls, name, noting_reads(getattr(cls, name)))
+    patch_reads(socket, ssl)
     scheme = "http" if a.plain else "https"
     base = "%s://127.0.0.1:%d%s" % (scheme, a.port, a.prefix.rstrip("/"))
     stream = not a.no_stream

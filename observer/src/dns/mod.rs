@@ -16,7 +16,7 @@ pub use record::{DnsJoin, DnsRecord, Lookups};
 pub use wire::WireLookups;
 
 use crate::{
-    ebpf::{chain, Probes},
+    ebpf::{chain, Probes, UprobeAt},
     programs::{self, Feature, Library},
 };
 
@@ -90,14 +90,14 @@ pub fn attach_resolver(probes: &mut Probes, path: &Path) -> Result<Vec<&'static 
         if failed.contains(&site.symbol) {
             continue;
         }
-        match probes.attach_uprobe(
-            site.program,
-            site.symbol,
-            None,
+        let at = UprobeAt {
+            symbol: site.symbol,
+            offset: None,
             path,
-            None,
-            UProbeScope::AllProcesses,
-        ) {
+            cookie: None,
+            scope: UProbeScope::AllProcesses,
+        };
+        match probes.attach_uprobe(site.program, &at) {
             Ok(_) => {
                 if !probed.contains(&site.symbol) {
                     probed.push(site.symbol);

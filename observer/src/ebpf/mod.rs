@@ -8,4 +8,4 @@ pub mod uprobe_multi;
 pub use loader::{
     detach_all, load, KernelConnMap, KernelCounters, LoadError, LoadOptions, Loaded, OBJECT,
 };
-pub use probes::{chain, ProbeError, Probes, ProgramState, UprobeLink};
+pub use probes::{chain, ProbeError, Probes, ProgramState, UprobeAt, UprobeLink};

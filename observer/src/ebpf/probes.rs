@@ -174,6 +174,18 @@ pub struct ProgramState {
 
 const ERRORS_KEPT: usize = 4;
 
+/// Where a uprobe goes: a function of the file at `path`, by symbol or at
+/// a file offset the caller resolved, with the cookie its program reads,
+/// for `scope`'s processes.
+#[derive(Clone, Copy, Debug)]
+pub struct UprobeAt<'a> {
+    pub symbol: &'a str,
+    pub offset: Option<u64>,
+    pub path: &'a Path,
+    pub cookie: Option<u64>,
+    pub scope: UProbeScope,
+}
+
 /// A uprobe attached by [`Probes::attach_uprobe`].
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub enum UprobeLink {
@@ -411,22 +423,17 @@ impl Probes {
         Ok(())
     }
 
-    /// A uprobe program on a function of the file at `path` (by symbol, or
-    /// at a file offset when the caller resolved it), for `scope`.
+    /// A uprobe program on a function of a file (see [`UprobeAt`]).
     pub fn attach_uprobe(
         &mut self,
         name: &'static str,
-        symbol: &str,
-        offset: Option<u64>,
-        path: &Path,
-        cookie: Option<u64>,
-        scope: UProbeScope,
+        at: &UprobeAt<'_>,
     ) -> Result<UprobeLink, ProbeError> {
         let r = self.load(name).and_then(|()| {
             if self.loaded_multi.contains(name) {
-                self.link_uprobe(name, symbol, offset, path, cookie, scope)
+                self.link_uprobe(name, at)
             } else {
-                self.perf_uprobe(name, symbol, offset, path, cookie, scope)
+                self.perf_uprobe(name, at)
             }
         });
         let r = self.note(name, r);
@@ -439,11 +446,13 @@ impl Probes {
     fn link_uprobe(
         &mut self,
         name: &'static str,
-        symbol: &str,
-        offset: Option<u64>,
-        path: &Path,
-        cookie: Option<u64>,
-        scope: UProbeScope,
+        &UprobeAt {
+            symbol,
+            offset,
+            path,
+            cookie,
+            scope,
+        }: &UprobeAt<'_>,
     ) -> Result<UprobeLink, ProbeError> {
         let offset = match offset {
             Some(o) => o,
@@ -473,11 +482,13 @@ impl Probes {
     fn perf_uprobe(
         &mut self,
         name: &'static str,
-        symbol: &str,
-        offset: Option<u64>,
-        path: &Path,
-        cookie: Option<u64>,
-        scope: UProbeScope,
+        &UprobeAt {
+            symbol,
+            offset,
+            path,
+            cookie,
+            scope,
+        }: &UprobeAt<'_>,
     ) -> Result<UprobeLink, ProbeError> {
         let p = typed::<UProbe>(&mut self.ebpf, name)?;
         let location = match offset {

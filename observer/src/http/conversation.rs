@@ -229,6 +229,12 @@ impl Conversation {
         done
     }
 
+    /// An exchange begun and not ended: bytes of it may still be on their
+    /// way when the connection's close is seen.
+    pub fn in_flight(&self) -> bool {
+        self.current.is_some() || self.h2.as_ref().is_some_and(|h| h.has_open_streams())
+    }
+
     /// The connection closed: the exchanges in flight end.
     pub fn close(&mut self) -> Vec<(Exchange, Option<Cut>)> {
         let mut open = self.h2.as_mut().map(|h2| h2.close()).unwrap_or_default();

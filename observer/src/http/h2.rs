@@ -665,6 +665,11 @@ impl H2 {
         }
     }
 
+    /// Streams begun and not ended.
+    pub fn has_open_streams(&self) -> bool {
+        !self.streams.is_empty()
+    }
+
     pub fn counts(&self) -> H2Counts {
         H2Counts {
             streams: self.requests,

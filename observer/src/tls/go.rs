@@ -11,38 +11,22 @@
 
 use std::path::Path;
 
-use aya::{
-    maps::{HashMap as BpfHashMap, MapData},
-    programs::uprobe::UProbeScope,
-};
+use aya::maps::{HashMap as BpfHashMap, MapData};
 use observer_common::tls::{
     go::{GoOffsets, GO_OFFSETS_MAP, MAX_GO_BINARIES},
     library,
 };
 use serde::Serialize;
 
-use super::report::TlsFileReport;
+use super::{report::TlsFileReport, site::ProbeSite};
 use crate::{
-    ebpf::{chain, Probes},
+    ebpf::Probes,
     libraries::{
         golang::{self, GoImage, OffsetsSource, SymbolSource},
         procmaps::FileId,
     },
     programs::{self, Feature, Library, GO_RETURN},
 };
-
-/// One uprobe of a TLS file: where it goes and the cookie it
-/// carries (for a library, its kind; for Go, also the executable's index
-/// and the RET flags).
-#[derive(Clone, Copy, Debug)]
-pub struct ProbeSite {
-    pub program: &'static str,
-    pub symbol: &'static str,
-    pub offset: u64,
-    pub cookie: u64,
-    /// A return probe (libraries only; Go's RETs are entry probes).
-    pub ret: bool,
-}
 
 /// A Go executable looked at: probed, or why not (for `doctor`).
 #[derive(Clone, Debug, Serialize)]
@@ -149,18 +133,11 @@ impl GoFiles {
         };
         let base = u64::from(library::GO) | (u64::from(index) << 16);
         for site in sites(&image, Feature::TlsHandshakes, base) {
-            match probes.attach_uprobe(
-                site.program,
-                site.symbol,
-                Some(site.offset),
-                path,
-                Some(site.cookie),
-                UProbeScope::AllProcesses,
-            ) {
+            match site.attach_all(probes, path) {
                 Ok(_) => report.probes += 1,
                 Err(e) => {
                     if file.errors.len() < 8 {
-                        file.errors.push(chain(&e));
+                        file.errors.push(e);
                     }
                 }
             }

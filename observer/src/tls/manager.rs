@@ -28,19 +28,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::{
-    maps::{HashMap as BpfHashMap, MapData},
-    programs::uprobe::UProbeScope,
-};
+use aya::maps::{HashMap as BpfHashMap, MapData};
 use observer_common::{
     hold::HoldEvent,
     tls::{library, TlsProc, TLS_PROCS_MAP},
 };
 
 use super::{
-    go::{listed, GoConsidered, GoFiles, ProbeSite},
+    go::{listed, GoConsidered, GoFiles},
     hold::{resume, Holds},
     report::{Policy, Settings, TlsFileReport, TlsReport},
+    site::ProbeSite,
     uprobe_events::{EventId, UprobeEvents},
 };
 use crate::{
@@ -357,7 +355,7 @@ impl TlsProbes {
             errors: Vec::new(),
         };
         for site in sites(&image, Feature::TlsHandshakes) {
-            match attach(probes, &site, path) {
+            match site.attach_all(probes, path) {
                 Ok(_) => report.probes += 1,
                 Err(e) => {
                     self.report.attach_errors += 1;
@@ -439,7 +437,7 @@ impl TlsProbes {
     /// The plaintext probes on `file` for all processes.
     fn attach_all(&mut self, probes: &mut Probes, file: &mut TlsFile) {
         for site in &file.plaintext_sites {
-            match attach(probes, site, &file.attach) {
+            match site.attach_all(probes, &file.attach) {
                 Ok(link) => file.all.push((site.program, link)),
                 Err(e) => self.file_error(file.report, e),
             }
@@ -866,17 +864,4 @@ impl TlsProbes {
 fn same_file(path: &Path, id: FileId) -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).is_ok_and(|md| (md.dev(), md.ino()) == id)
-}
-
-fn attach(probes: &mut Probes, site: &ProbeSite, path: &Path) -> Result<UprobeLink, String> {
-    probes
-        .attach_uprobe(
-            site.program,
-            site.symbol,
-            Some(site.offset),
-            path,
-            Some(site.cookie),
-            UProbeScope::AllProcesses,
-        )
-        .map_err(|e| chain(&e))
 }

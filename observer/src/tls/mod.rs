@@ -7,6 +7,7 @@ mod hold;
 pub mod manager;
 mod record;
 mod report;
+mod site;
 pub mod uprobe_events;
 
 pub use go::GoExecutableReport;
