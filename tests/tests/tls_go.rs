@@ -869,9 +869,10 @@ fn go_plaintext_runs() -> u64 {
 /// A busy Go server stops trapping, and its executable keeps capturing for
 /// its other processes. The observer with a plaintext limit of 500 calls/s,
 /// a Go server answering at once, curl making keep-alive requests to it
-/// until its executable goes per process; then 3,000 more requests run the
-/// Go read/write programs (the kernel's own run counts) less than once per
-/// ten requests (all-process probes: at least 4 per request). A Go client
+/// until its executable goes per process; then, once the file's links have
+/// closed (1,000 requests later), 3,000 more requests run the Go read/write
+/// programs (the kernel's own run counts) less than once per ten requests
+/// (all-process probes: six per request). A Go client
 /// started afterwards from the same file is held at exec for probes of its
 /// own: its requests over h2 are all recorded, its first included.
 #[test]
@@ -918,6 +919,10 @@ fn a_busy_go_server_stops_trapping_and_its_executable_keeps_capturing() {
         "the busy Go server's executable did not go per process: {:?}",
         w.stderr_seen()
     );
+    // The all-process links close on the closer's thread, a grace period
+    // each (~30 ms, while the server answers ~100 requests): the count
+    // starts once they are gone.
+    load("switch", 1000);
     let before = go_plaintext_runs();
     load("busy", LOAD);
     let runs = go_plaintext_runs() - before;
