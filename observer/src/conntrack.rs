@@ -57,11 +57,15 @@ const CLOSE_LINGER_NS: u64 = 100_000_000;
 /// Closes waiting at most (the oldest goes first past it).
 const MAX_CLOSING: usize = 1024;
 
-/// A close held back for the last bytes of an exchange in flight.
+/// A close held back for the last bytes of an exchange in flight, with
+/// what it had under its socket (a new connection may take the socket
+/// meanwhile).
 struct Closing {
     due_ns: u64,
     conn: Conn,
     tls: TlsConn,
+    live: Option<Live>,
+    talk: Option<crate::http::Conversation>,
 }
 
 pub struct ConnTable {
@@ -126,6 +130,10 @@ impl ConnTable {
         }
     }
 
+    pub fn has_waiting_closes(&self) -> bool {
+        !self.closing.is_empty()
+    }
+
     /// Ends the waiting closes that are due (all with `u64::MAX`): their
     /// records go to `conns_out`.
     pub fn end_closes_due(&mut self, now_ns: u64) {
@@ -133,21 +141,11 @@ impl ConnTable {
         while i < self.closing.len() {
             if self.closing[i].due_ns <= now_ns {
                 let c = self.closing.swap_remove(i);
-                let r = self.close(c.conn, c.tls);
+                let r = self.close_with(c.conn, c.tls, c.live, c.talk);
                 self.conns_out.push(r);
             } else {
                 i += 1;
             }
-        }
-    }
-
-    /// The waiting close of `sk`, if any, ended now: a new connection has
-    /// the socket, or its exchange ended.
-    fn end_close_of(&mut self, sk: u64) {
-        if let Some(i) = self.closing.iter().position(|c| c.conn.sk == sk) {
-            let c = self.closing.swap_remove(i);
-            let r = self.close(c.conn, c.tls);
-            self.conns_out.push(r);
         }
     }
 
@@ -165,6 +163,8 @@ impl ConnTable {
             due_ns: crate::clock::monotonic_ns() + CLOSE_LINGER_NS,
             conn: *conn,
             tls: *tls,
+            live: self.live.remove(&conn.sk),
+            talk: self.http.remove(&conn.sk),
         });
         true
     }
@@ -184,50 +184,29 @@ impl ConnTable {
     }
 
     fn http_data(&mut self, ev: &observer_common::http::PlaintextEvent) {
-        let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
-        let talk = self.http.entry(ev.conn.sk).or_default();
-        let done = talk.feed(ev, outbound);
-        if done.is_empty() {
+        let sk = ev.conn.sk;
+        // The late bytes of a connection whose close waits for them (the
+        // socket may be another connection's already).
+        let waiting = self
+            .closing
+            .iter()
+            .position(|c| c.conn.sk == sk && c.conn.start_ns == ev.conn.start_ns);
+        let Some(i) = waiting else {
+            let talk = self.http.entry(sk).or_default();
+            let live = self.live.get(&sk);
+            let out = (&mut self.lookups, &mut self.requests_out);
+            feed(talk, live, ev, &self.clock, self.keep_query, out);
             return;
-        }
-        let owner_is_client = talk.owner_is_client;
-        let live = self.live.get(&ev.conn.sk);
-        let mut conn = ConnRecord::new(&ev.conn, live.map(|l| &l.owner), &self.clock, State::Open);
-        set_direction(&mut conn, owner_is_client);
-        // The first request's trace shows the connection's phases.
-        if done.iter().any(|x| x.index == Some(1)) {
-            if ev.hs_end_ns != 0 {
-                let tls = TlsConn {
-                    hs_start_ns: ev.hs_start_ns,
-                    hs_end_ns: ev.hs_end_ns,
-                    library: ev.library,
-                    flags: TLS_HS_STARTED | TLS_HS_DONE,
-                    ..TlsConn::default()
-                };
-                let name = live.and_then(|l| l.server_name.clone());
-                conn.tls = TlsRecord::new(
-                    &tls,
-                    &ev.conn,
-                    conn.direction,
-                    State::Open,
-                    name,
-                    Some(&self.clock),
-                );
-            }
-            join_dns(&mut self.lookups, &mut conn);
-        }
-        let mut first = None;
-        for x in done {
-            let r = RequestRecord::new(&x, None, &conn, &self.clock, self.keep_query);
-            if r.connection.is_some() {
-                first = Some(FirstRequest {
-                    waited: r.ttfb_ns.is_some(),
-                });
-            }
-            self.requests_out.push(r);
-        }
-        if let (Some(f), Some(talk)) = (first, self.http.get_mut(&ev.conn.sk)) {
-            talk.first_request = Some(f);
+        };
+        let c = &mut self.closing[i];
+        let talk = c.talk.get_or_insert_with(Default::default);
+        let out = (&mut self.lookups, &mut self.requests_out);
+        feed(talk, c.live.as_ref(), ev, &self.clock, self.keep_query, out);
+        if !talk.in_flight() {
+            self.close_linger_completed += 1;
+            let c = self.closing.swap_remove(i);
+            let r = self.close_with(c.conn, c.tls, c.live, c.talk);
+            self.conns_out.push(r);
         }
     }
 
@@ -284,9 +263,6 @@ impl ConnTable {
                 direction,
                 remote,
             } => {
-                // A new connection on the socket: the earlier one's waiting
-                // close ends first.
-                self.end_close_of(sk);
                 // The lookup an outbound connection follows is marked at
                 // connect: it is not traced on its own.
                 if let (observer_common::DIR_OUTBOUND, Some(ip)) = (direction, remote) {
@@ -323,9 +299,6 @@ impl ConnTable {
                 None
             }
             Event::Close(conn, tls) => {
-                // A close of the socket's earlier connection still waiting
-                // ends first.
-                self.end_close_of(conn.sk);
                 if self.linger(&conn, &tls) {
                     return None;
                 }
@@ -362,18 +335,7 @@ impl ConnTable {
                 None
             }
             Event::Plaintext(ev) => {
-                let sk = ev.conn.sk;
-                let waiting = self.closing.iter().position(|c| c.conn.sk == sk);
-                let same =
-                    waiting.is_some_and(|i| self.closing[i].conn.start_ns == ev.conn.start_ns);
-                if waiting.is_some() && !same {
-                    self.end_close_of(sk);
-                }
                 self.http_data(&ev);
-                if same && !self.http.get(&sk).is_some_and(|c| c.in_flight()) {
-                    self.close_linger_completed += 1;
-                    self.end_close_of(sk);
-                }
                 None
             }
             // For the TLS probe manager, not for the table.
@@ -396,6 +358,18 @@ impl ConnTable {
     /// A connection's final record, and its requests in flight ended.
     fn close(&mut self, conn: Conn, tls: TlsConn) -> ConnRecord {
         let live = self.live.remove(&conn.sk);
+        let talk = self.http.remove(&conn.sk);
+        self.close_with(conn, tls, live, talk)
+    }
+
+    /// `close` with what was under the connection's socket.
+    fn close_with(
+        &mut self,
+        conn: Conn,
+        tls: TlsConn,
+        live: Option<Live>,
+        talk: Option<crate::http::Conversation>,
+    ) -> ConnRecord {
         let mut r = ConnRecord::new(
             &conn,
             live.as_ref().map(|l| &l.owner),
@@ -405,7 +379,7 @@ impl ConnTable {
         // Requests the close ends are made once the record has its
         // TLS and lookup: the first one's trace shows those phases.
         let mut ended = Vec::new();
-        if let Some(mut c) = self.http.remove(&conn.sk) {
+        if let Some(mut c) = talk {
             set_direction(&mut r, c.owner_is_client);
             self.http_orphans_closed += c.orphans;
             if let Some(h2) = &c.h2 {
@@ -530,6 +504,57 @@ impl ConnTable {
         }
         out.sort_by_key(|r| r.start_unix_ns);
         out
+    }
+}
+
+/// Feeds a call's bytes to its connection's conversation; the exchanges it
+/// ends become request records in `out.1` (lookups, `out.0`, join the
+/// first one's connection).
+fn feed(
+    talk: &mut crate::http::Conversation,
+    live: Option<&Live>,
+    ev: &observer_common::http::PlaintextEvent,
+    clock: &Clock,
+    keep_query: bool,
+    out: (&mut Lookups, &mut Vec<RequestRecord>),
+) {
+    let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
+    let done = talk.feed(ev, outbound);
+    if done.is_empty() {
+        return;
+    }
+    let mut conn = ConnRecord::new(&ev.conn, live.map(|l| &l.owner), clock, State::Open);
+    set_direction(&mut conn, talk.owner_is_client);
+    // The first request's trace shows the connection's phases.
+    if done.iter().any(|x| x.index == Some(1)) {
+        if ev.hs_end_ns != 0 {
+            let tls = TlsConn {
+                hs_start_ns: ev.hs_start_ns,
+                hs_end_ns: ev.hs_end_ns,
+                library: ev.library,
+                flags: TLS_HS_STARTED | TLS_HS_DONE,
+                ..TlsConn::default()
+            };
+            let name = live.and_then(|l| l.server_name.clone());
+            conn.tls = TlsRecord::new(
+                &tls,
+                &ev.conn,
+                conn.direction,
+                State::Open,
+                name,
+                Some(clock),
+            );
+        }
+        join_dns(out.0, &mut conn);
+    }
+    for x in done {
+        let r = RequestRecord::new(&x, None, &conn, clock, keep_query);
+        if r.connection.is_some() {
+            talk.first_request = Some(FirstRequest {
+                waited: r.ttfb_ns.is_some(),
+            });
+        }
+        out.1.push(r);
     }
 }
 
@@ -817,10 +842,11 @@ mod tests {
     }
 
     /// A close without an exchange in flight is made at once; one whose
-    /// last bytes never come ends when due, cut; a new connection on the
-    /// socket ends the old one's waiting close first.
+    /// last bytes never come ends when due, cut; one whose socket a new
+    /// connection takes meanwhile still gets its late bytes, apart from the
+    /// new connection's.
     #[test]
-    fn a_waiting_close_ends_when_due_or_when_the_socket_is_reused() {
+    fn a_waiting_close_ends_when_due_and_outlives_a_new_connection_on_its_socket() {
         let me = std::process::id();
         let mut t = table();
         let c = conn(1, me);
@@ -845,14 +871,28 @@ mod tests {
         t.conns_out.clear();
         let c = conn(3, me);
         t.handle(plain(c, op::WRITE, 1_000, ASKED));
+        t.handle(plain(c, op::READ, 2_000, HEAD));
         let closed = Conn { end_ns: 4_000, ..c };
         assert_eq!(t.handle(Event::Close(closed, TlsConn::default())), None);
         let again = Conn {
             start_ns: 9_000,
             ..conn(3, me)
         };
+        t.handle(owner_event(3, me));
         t.handle(plain(again, op::WRITE, 9_500, ASKED));
-        assert_eq!(t.conns_out.len(), 1, "the old close ended first");
+        assert!(
+            t.conns_out.is_empty(),
+            "the new connection leaves it waiting"
+        );
+        t.handle(plain(c, op::READ, 3_000, b"hello"));
+        assert_eq!(t.conns_out.len(), 1, "its late bytes end it");
         assert_eq!(t.conns_out[0].start_unix_ns, t.clock.to_unix_ns(100));
+        let q = t.requests_out.last().expect("the old connection's request");
+        assert_eq!((q.status, q.error), (Some(200), None));
+        assert_eq!(t.http_orphans(), 0);
+        assert!(
+            t.http.get(&3).is_some_and(|c| c.in_flight()),
+            "the new one's own"
+        );
     }
 }

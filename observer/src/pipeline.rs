@@ -202,6 +202,10 @@ pub(crate) async fn correlate(
     table.keep_query = keep_query;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Closes waiting for an exchange's last bytes end on time even when no
+    // event follows them.
+    let mut closes_tick = tokio::time::interval(Duration::from_millis(50));
+    closes_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // What the process's GPUs did between two wall-clock times.
     let gpu_during = |pid: u32, start: u64, end: u64| {
         let h = sinks.gpu.as_ref()?.lock().ok()?;
@@ -329,6 +333,15 @@ pub(crate) async fn correlate(
                     emit_request(r);
                 }
             }
+            _ = closes_tick.tick(), if table.has_waiting_closes() => {
+                table.end_closes_due(monotonic_ns());
+                for r in table.conns_out.drain(..) {
+                    emit(r);
+                }
+                for r in table.requests_out.drain(..) {
+                    emit_request(r);
+                }
+            }
             _ = tick.tick() => {
                 stats.health.correlator_beat();
                 table.set_clock(Clock::sample());
@@ -346,13 +359,6 @@ pub(crate) async fn correlate(
                             crate::export::metrics::gpu_gauges(&mut m, &latest);
                         }
                     }
-                }
-                table.end_closes_due(monotonic_ns());
-                for r in table.conns_out.drain(..) {
-                    emit(r);
-                }
-                for r in table.requests_out.drain(..) {
-                    emit_request(r);
                 }
                 if !update_interval.is_zero() {
                     let interval = update_interval.as_nanos() as u64;
