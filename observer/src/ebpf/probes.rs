@@ -446,14 +446,15 @@ impl Probes {
     fn link_uprobe(
         &mut self,
         name: &'static str,
-        &UprobeAt {
+        at: &UprobeAt<'_>,
+    ) -> Result<UprobeLink, ProbeError> {
+        let UprobeAt {
             symbol,
             offset,
             path,
             cookie,
             scope,
-        }: &UprobeAt<'_>,
-    ) -> Result<UprobeLink, ProbeError> {
+        } = *at;
         let offset = match offset {
             Some(o) => o,
             None => elf::symbol_offset(path, symbol).ok_or_else(|| ProbeError::NoSymbol {
@@ -482,14 +483,10 @@ impl Probes {
     fn perf_uprobe(
         &mut self,
         name: &'static str,
-        &UprobeAt {
-            symbol,
-            offset,
-            path,
-            cookie,
-            scope,
-        }: &UprobeAt<'_>,
+        at: &UprobeAt<'_>,
     ) -> Result<UprobeLink, ProbeError> {
+        let (symbol, path) = (at.symbol, at.path);
+        let (offset, cookie, scope) = (at.offset, at.cookie, at.scope);
         let p = typed::<UProbe>(&mut self.ebpf, name)?;
         let location = match offset {
             Some(o) => UProbeAttachLocation::AbsoluteOffset(o),
