@@ -528,8 +528,13 @@ fn openai_sdk_node_fetch_and_python_http_client() {
     assert_eq!(
         out.summary()["http"]["answers_without_request"],
         0,
-        "{}",
-        out.summary()
+        "{}\nrequests: {:#?}\nconnections: {:#?}",
+        out.summary(),
+        out.requests,
+        out.records
+            .iter()
+            .filter(|r| r["kind"] == "connection")
+            .collect::<Vec<_>>()
     );
     let of_model = |model: &str, direction: &str| out.request_of_model(model, direction);
     let mut stdlib_times = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
