@@ -130,6 +130,9 @@ pub const FLAG_MIDSTREAM: u8 = 32;
 /// was a TLS record: its owner gets the per-call TLS probes at once (it made
 /// its TLS context before the observer started).
 pub const FLAG_TLS_RECORDS: u8 = 64;
+/// Its TLS is rustls's: the socket hooks keep tying the connection's later
+/// rustls objects (a server's acceptor hands the connection to a new one).
+pub const FLAG_RUSTLS: u8 = 128;
 /// Socket calls (each way together) within which a connection may still be
 /// tied to a TLS session: the handshake is a connection's first I/O, after a
 /// few plaintext exchanges at most (STARTTLS). Past it, sends and receives of
@@ -309,12 +312,19 @@ pub enum Counter {
     /// queued, or the signal was refused): its first connection may be
     /// missed.
     ExecHoldFailed = 15,
+    /// rustls connections tied to their socket (the socket read inside the
+    /// library's own record read, `observer-ebpf/src/rustls.rs`).
+    RustlsTied = 16,
+    /// rustls plaintext reads whose connection could not be found (the
+    /// process's reader offset not learned yet, no tie on the thread just
+    /// before): their bytes are lost.
+    RustlsReadUnjoined = 17,
 }
 
-pub const COUNTER_SLOTS: u32 = 16;
+pub const COUNTER_SLOTS: u32 = 18;
 
 impl Counter {
-    pub const ALL: [Counter; 16] = [
+    pub const ALL: [Counter; 18] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -331,6 +341,8 @@ impl Counter {
         Counter::TlsWire,
         Counter::ExecHeld,
         Counter::ExecHoldFailed,
+        Counter::RustlsTied,
+        Counter::RustlsReadUnjoined,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -351,6 +363,8 @@ impl Counter {
             Counter::TlsWire => "tls_wire",
             Counter::ExecHeld => "exec_held",
             Counter::ExecHoldFailed => "exec_hold_failed",
+            Counter::RustlsTied => "tls_rustls_tied",
+            Counter::RustlsReadUnjoined => "tls_rustls_reads_unjoined",
         }
     }
 
@@ -363,6 +377,7 @@ impl Counter {
                 | Counter::TlsInsertFailed
                 | Counter::HttpInsertFailed
                 | Counter::ExecHoldFailed
+                | Counter::RustlsReadUnjoined
         )
     }
 }

@@ -44,6 +44,9 @@ pub mod library {
     /// functions; the attach cookie's upper bits name the binary, see
     /// [`super::go`]).
     pub const GO: u8 = 5;
+    /// rustls, compiled into a Rust executable (probes on its functions,
+    /// found by symbol; see observer-ebpf's `rustls`).
+    pub const RUSTLS: u8 = 6;
 
     pub const fn name(id: u8) -> &'static str {
         match id {
@@ -52,6 +55,7 @@ pub mod library {
             GNUTLS => "gnutls",
             WIRE => "wire",
             GO => "go",
+            RUSTLS => "rustls",
             _ => "unknown",
         }
     }
@@ -219,6 +223,57 @@ pub struct TlsProc {
     /// Nonzero: userspace turned its plaintext capture off (its call rate):
     /// the all-process probes return at once for it.
     pub off: u32,
+    /// rustls: where a connection's received plaintext buffer lies in its
+    /// `CommonState` (bytes; 0: not learned yet). Learned from a read that
+    /// follows the same connection's record processing on one thread.
+    pub rustls_reader_off: u32,
+    pub _pad: u32,
+    /// rustls: the `CommonState` the process processed records of or wrote
+    /// to last (a reader on another thread than its connection's last
+    /// records may still lie in it).
+    pub rustls_last_common: u64,
+}
+
+/// LRU hash: pid_tgid of a thread -> [`RustlsThread`].
+pub const RUSTLS_THREADS_MAP: &str = "RUSTLS_THREADS";
+
+/// A rustls `Reader`'s buffer lies this close after the start of its
+/// connection's `CommonState` (840 bytes in rustls 0.23): an address found
+/// this close after a `CommonState` of the thread's belongs to it, since
+/// two `CommonState`s never overlap.
+pub const RUSTLS_READER_SPAN: u64 = 512;
+
+/// What a thread is doing in rustls: the calls a plaintext read or write is
+/// spread over (see observer-ebpf's `rustls`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RustlsThread {
+    /// The plaintext of the write in progress: a buffer, or an array of
+    /// `iovec`s (`iovecs` of them).
+    pub write_buf: u64,
+    pub write_len: u64,
+    pub write_iovecs: u64,
+    /// Entry of the library's record read (its socket read is inside).
+    pub reading_ns: u64,
+    /// The socket that read returned bytes from, and when.
+    pub recv_sk: u64,
+    pub recv_ns: u64,
+    /// The `CommonState` whose records the thread processed last.
+    pub common: u64,
+    /// The plaintext chunk a `Reader` handed out last (its caller consumes
+    /// part or all of it next).
+    pub chunk_ptr: u64,
+    pub chunk_len: u64,
+    /// Bytes a write took before its connection was tied (a connection
+    /// object moved after its handshake): sent up at the tie, made by the
+    /// socket send that follows in the same call of its owner.
+    pub pending_n: u64,
+    /// The socket the thread last tied a connection to, and when: a read
+    /// right after on an object not tied yet is that connection's, moved
+    /// (the handshake's object moves into its owner, with the first request
+    /// already decrypted in it).
+    pub tied_sk: u64,
+    pub tied_ns: u64,
 }
 
 /// Go's crypto/tls: where the probes find what they read, per executable.
@@ -312,5 +367,6 @@ const _: () = assert!(core::mem::size_of::<go::GoOffsets>() == 40);
 const _: () = assert!(core::mem::size_of::<go::FdWalk>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);
-const _: () = assert!(core::mem::size_of::<TlsProc>() == 24);
+const _: () = assert!(core::mem::size_of::<TlsProc>() == 40);
 const _: () = assert!(core::mem::size_of::<TlsNameEvent>() == 32 + SERVER_NAME_LEN);
+const _: () = assert!(core::mem::size_of::<RustlsThread>() == 96);

@@ -261,12 +261,16 @@ pub fn emit_tls_plaintext(
         (s, 0) => s,
         (s, r) => s.min(r),
     };
-    // Go's probes are never put on after a handshake they saw, and its
-    // client reads (the server's session tickets) from the socket inside
+    // Go's and rustls's probes are never put on after a handshake they saw
+    // (rustls's TLS 1.2 handshake read on the wire marks the socket's first
+    // send), and Go's client reads (the server's session tickets) from the socket inside
     // a Read begun before its first write: the socket cannot tell there.
     let from_start = tls.flags & TLS_MIDSTREAM == 0
         && tls.hs_end_ns != 0
-        && (tls.library == library::GO || first_io == 0 || first_io >= entry_ns);
+        && (tls.library == library::GO
+            || tls.library == library::RUSTLS
+            || first_io == 0
+            || first_io >= entry_ns);
     // SAFETY: `ev` points at a reserved record of the right size; `conn` at
     // a live map value.
     let ok = unsafe {

@@ -32,7 +32,7 @@ use observer_common::{
     tcp_state,
     tls::{op, RATE_WINDOW_NS},
     Conn, Counter, EventKind, AF_INET, AF_INET6, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED,
-    FLAG_MIDSTREAM, FLAG_TLS, FLAG_TLS_RECORDS,
+    FLAG_MIDSTREAM, FLAG_RUSTLS, FLAG_TLS, FLAG_TLS_RECORDS,
 };
 
 use crate::{
@@ -108,7 +108,9 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         Some(c) => {
             // SAFETY: a live map value, valid for this program run.
             let c = unsafe { &mut *c };
-            if c.http == http::TLS_WIRE && c.flags & FLAG_TLS == 0 {
+            // rustls takes the entry over at the handshake's first read and
+            // leaves its end to the wire.
+            if c.http == http::TLS_WIRE && (c.flags & FLAG_TLS == 0 || c.flags & FLAG_RUSTLS != 0) {
                 // Done: the socket's packets leave at the mark from now on
                 // (`http` stays TLS_WIRE: its close sends the wire's times).
                 let len = ctx.len() as usize - payload;

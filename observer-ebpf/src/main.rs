@@ -31,6 +31,8 @@ mod libgnutls;
 #[cfg(target_arch = "bpf")]
 mod libssl;
 #[cfg(target_arch = "bpf")]
+mod rustls;
+#[cfg(target_arch = "bpf")]
 mod sched_process;
 #[cfg(target_arch = "bpf")]
 mod sock_length;

@@ -7,8 +7,8 @@ use aya_ebpf::{
 use observer_common::{
     tls::{
         go::{FdWalk, GoOffsets, MAX_GO_BINARIES},
-        TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, MAX_TLS_CONNS, MAX_TLS_PROCS,
-        MAX_TLS_SESSIONS, MAX_TLS_THREADS,
+        RustlsThread, TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, MAX_TLS_CONNS,
+        MAX_TLS_PROCS, MAX_TLS_SESSIONS, MAX_TLS_THREADS,
     },
     Conn, Counter, TlsConn, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES,
 };
@@ -107,6 +107,11 @@ pub static TLS_CONNS: LruHashMap<u64, TlsConn> = LruHashMap::with_max_entries(MA
 /// Thread (or goroutine) -> its last TLS call.
 #[map(name = "TLS_CALLS")]
 pub static TLS_CALLS: LruHashMap<TlsCallKey, TlsCall> =
+    LruHashMap::with_max_entries(MAX_TLS_THREADS, 0);
+
+/// Thread (pid_tgid) -> where it is in rustls's calls (`rustls`).
+#[map(name = "RUSTLS_THREADS")]
+pub static RUSTLS_THREADS: LruHashMap<u64, RustlsThread> =
     LruHashMap::with_max_entries(MAX_TLS_THREADS, 0);
 
 /// Go executable (index from the attach cookie) -> its struct offsets.

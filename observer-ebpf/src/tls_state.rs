@@ -9,18 +9,19 @@ use aya_ebpf::helpers::{
 };
 use observer_common::{
     tls::{
-        op, TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, BIND_WINDOW_NS,
+        library, op, TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, BIND_WINDOW_NS,
         RATE_WINDOW_NS, SERVER_NAME_LEN, TLS_HS_DONE, TLS_HS_STARTED, TLS_LAST_READ,
         TLS_LAST_WRITE, TLS_MIDSTREAM, TLS_PLAINTEXT,
     },
-    Conn, Counter, TlsConn, FLAG_TLS,
+    Conn, Counter, TlsConn, FLAG_RUSTLS, FLAG_TLS,
 };
 
 use crate::{
     ctx::now_ns,
     events::{emit_tls_busy, emit_tls_name, emit_tls_plaintext, emit_tls_process},
     maps::{
-        busy_calls, count, own_tgid, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH, TLS_SESSIONS,
+        busy_calls, count, own_tgid, CONNS, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH,
+        TLS_SESSIONS,
     },
 };
 
@@ -31,7 +32,7 @@ fn key(tgid: u32, ssl: u64) -> TlsSessionKey {
 
 /// The current tgid and pid_tgid, or None for the observer itself.
 #[inline(always)]
-fn current() -> Option<(u32, u64)> {
+pub fn current() -> Option<(u32, u64)> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     (tgid != own_tgid()).then_some((tgid, pid_tgid))
@@ -97,7 +98,7 @@ fn socket_entry(session: *mut TlsSession) -> Option<*mut TlsConn> {
 /// Where a session's timings go: its connection's entry once tied to a
 /// socket, its own copy before.
 #[inline(always)]
-fn timings(session: *mut TlsSession) -> Option<*mut TlsConn> {
+pub fn timings(session: *mut TlsSession) -> Option<*mut TlsConn> {
     // SAFETY: `session` points at a live map value.
     unsafe {
         if (*session).sk == 0 {
@@ -298,7 +299,7 @@ pub fn handshake_exit(r: &Returning, done: bool, ret: i32) -> Option<()> {
 /// handshake). `_ex` calls return 1 and store the count behind a pointer.
 #[inline(always)]
 pub fn rw_exit(r: &Returning, n: i64, ret: i32) -> Option<()> {
-    let (call, tls, now, sk) = (r.call, r.tls, r.now, r.sk);
+    let (call, now, sk) = (r.call, r.now, r.sk);
     let n = if call.count_ptr == 0 {
         n
     } else if ret == 1 {
@@ -308,14 +309,24 @@ pub fn rw_exit(r: &Returning, n: i64, ret: i32) -> Option<()> {
         0
     };
     // SAFETY: a live map value.
-    let tls = unsafe { &mut *tls };
+    let tls = unsafe { &mut *r.tls };
+    if account(tls, &call, n, ret, now) && sk != 0 {
+        emit_tls_plaintext(sk, call.op, call.buf, n as u64, call.entry_ns, now, tls);
+    }
+    Some(())
+}
+
+/// A plaintext call of `n` bytes (`ret` its return as an int) into the
+/// session's timings. True when it moved data.
+#[inline(always)]
+pub fn account(tls: &mut TlsConn, call: &TlsCall, n: i64, ret: i32, now: u64) -> bool {
     tls.flags |= TLS_PLAINTEXT;
     let in_handshake = tls.flags & (TLS_HS_DONE | TLS_MIDSTREAM) == 0;
     if n <= 0 {
         if in_handshake {
             tls.hs_ret = ret;
         }
-        return Some(());
+        return false;
     }
     // Moving data means the handshake is over (programs that never call the
     // handshake function complete it inside their first reads and writes).
@@ -351,10 +362,7 @@ pub fn rw_exit(r: &Returning, n: i64, ret: i32) -> Option<()> {
         tls.pt_received += n as u64;
         tls.flags = (tls.flags & !TLS_LAST_WRITE) | TLS_LAST_READ;
     }
-    if sk != 0 {
-        emit_tls_plaintext(sk, call.op, call.buf, n as u64, call.entry_ns, now, tls);
-    }
-    Some(())
+    true
 }
 
 /// The client set the server name (SNI) of session `ssl` from the string at
@@ -444,7 +452,13 @@ pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
         }
         let session = TLS_SESSIONS.get_ptr_mut(&key((pid_tgid >> 32) as u32, (*call).ssl))?;
         (*call).bound = 1;
-        tie(session, sk, conn, now)
+        tie(session, sk, conn, now)?;
+        if (*call).library == library::RUSTLS && (*call).ret_ns != 0 {
+            // A rustls write that returned before its connection was tied:
+            // its bytes go up now, its caller's buffer still theirs.
+            crate::rustls::write_tied(sk, &*call, pid_tgid, session);
+        }
+        Some(())
     }
 }
 
@@ -452,11 +466,23 @@ pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
 /// to the socket's entry, and the connection is TLS from now on.
 #[inline(always)]
 pub fn tie(session: *mut TlsSession, sk: u64, conn: &mut Conn, now: u64) -> Option<()> {
-    // SAFETY: live map values, valid for this program run.
+    // SAFETY: a live map value.
     unsafe {
         if (*session).sk != 0 {
             return None;
         }
+        if (*session).tls.library == library::RUSTLS {
+            return adopt(session, sk, conn);
+        }
+    }
+    insert(session, sk, conn, now)
+}
+
+/// [`tie`] by a fresh entry for the socket.
+#[inline(always)]
+fn insert(session: *mut TlsSession, sk: u64, conn: &mut Conn, now: u64) -> Option<()> {
+    // SAFETY: live map values, valid for this program run.
+    unsafe {
         if TLS_CONNS.insert(&sk, &(*session).tls, 0).is_err() {
             count(Counter::TlsInsertFailed);
             return None;
@@ -468,6 +494,62 @@ pub fn tie(session: *mut TlsSession, sk: u64, conn: &mut Conn, now: u64) -> Opti
             emit_tls_name(sk, &(*session).name, (*session).name_len, now);
         }
     }
+    Some(())
+}
+
+/// Ties rustls session `c` (its `CommonState`) of the current process to
+/// socket `sk`, whose bytes the library just read for it. A session under
+/// the same address tied to another connection is a freed one's: a new one
+/// starts.
+#[inline(always)]
+pub fn tie_rustls(c: u64, sk: u64) -> Option<()> {
+    let (tgid, _) = current()?;
+    // Its reads look for their connection in the process's entry.
+    announce(tgid, library::RUSTLS, now_ns());
+    let conn = CONNS.get_ptr_mut(&sk)?;
+    let k = key(tgid, c);
+    let session = match TLS_SESSIONS.get_ptr_mut(&k) {
+        // SAFETY: a live map value.
+        Some(s) if unsafe { (*s).sk } == sk && socket_entry(s).is_some() => return Some(()),
+        // SAFETY: a live map value.
+        Some(s) if unsafe { (*s).sk } == 0 => s,
+        _ => create(&k, library::RUSTLS, 0)?,
+    };
+    // SAFETY: a live map value.
+    adopt(session, sk, unsafe { &mut *conn })
+}
+
+/// Ties rustls `session` to `sk`. The socket's entry, made by the wire at
+/// the ClientHello or by the connection's earlier rustls object (a
+/// handshake run on the stack, a server's acceptor: the object moves to
+/// its owner after), is taken over with its handshake and timings, and
+/// shared by every object of the connection; without one the handshake was
+/// not seen.
+#[inline(always)]
+fn adopt(session: *mut TlsSession, sk: u64, conn: &mut Conn) -> Option<()> {
+    // SAFETY: live map values, valid for this program run.
+    unsafe {
+        match TLS_CONNS.get_ptr_mut(&sk) {
+            Some(t) if (*t).library == library::WIRE || (*t).library == library::RUSTLS => {
+                (*t).library = library::RUSTLS;
+                // The first rustls object names the connection; the later
+                // ones (moved objects, a reader's buffer) share its name.
+                if (*t).session_ns == 0 {
+                    (*t).session_ns = (*session).tls.session_ns;
+                } else {
+                    (*session).tls.session_ns = (*t).session_ns;
+                }
+                (*session).sk = sk;
+                conn.flags |= FLAG_TLS;
+            }
+            _ => {
+                (*session).tls.flags |= TLS_MIDSTREAM;
+                insert(session, sk, conn, now_ns())?;
+            }
+        }
+    }
+    conn.flags |= FLAG_RUSTLS;
+    count(Counter::RustlsTied);
     Some(())
 }
 

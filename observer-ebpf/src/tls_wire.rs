@@ -21,7 +21,9 @@
 //!   the answer.
 //!
 //! A library probe that ties a session to the socket replaces the entry
-//! (`tls_state::bind`), and the packet programs stop reading it.
+//! (`tls_state::bind`), and the packet programs stop reading it; rustls,
+//! whose probes see no handshake call, takes the entry over and leaves the
+//! handshake to the wire.
 
 use aya_ebpf::programs::SkBuffContext;
 use observer_common::{
@@ -87,7 +89,9 @@ pub fn step(
     };
     // SAFETY: a live map value, valid for this program run.
     let t = unsafe { &mut *t };
-    if t.library != library::WIRE {
+    // rustls's probes take the entry over at the handshake's first socket
+    // read (`tls_state::tie_rustls`) and read its end here.
+    if t.library != library::WIRE && t.library != library::RUSTLS {
         return false;
     }
     let toward_server = u8::from(egress) == t.wire_hello_out;

@@ -450,6 +450,30 @@ fn print_tls(tls: Option<&TlsReport>) {
         );
     }
     print_go(t);
+    print_rustls(t);
+}
+
+/// Rust executables of running processes that carry rustls: which got
+/// probes, which not and why (stripped, functions not found).
+fn print_rustls(t: &TlsReport) {
+    if t.rustls_executables.is_empty() {
+        return;
+    }
+    println!("rustls executables (probed in the executable, for all its processes):");
+    for r in &t.rustls_executables {
+        match &r.not_probed {
+            None => println!(
+                "  {:<56} rustls: {} probes ({} mangling)",
+                r.path,
+                r.probes,
+                r.mangling.unwrap_or("-")
+            ),
+            Some(why) => println!("  {:<56} rustls: not probed: {why}", r.path),
+        }
+    }
+    if t.rustls_executables_unlisted > 0 {
+        println!("  and {} more", t.rustls_executables_unlisted);
+    }
 }
 
 /// Go executables of running processes: which got crypto/tls probes (and

@@ -63,6 +63,8 @@ pub enum Library {
     GnuTls,
     /// Go's crypto/tls, in a Go executable.
     Go,
+    /// rustls, in a Rust executable.
+    Rustls,
     /// A C library's resolver (glibc, musl).
     Libc,
 }
@@ -178,8 +180,9 @@ const fn up(
     }
 }
 
+use crate::libraries::rustls as rl;
 use Feature::{DnsLibrary, DnsWire, HttpPlain, TlsHandshakes, TlsPlaintext};
-use Library::{GnuTls, Go, Libc, OpenSsl};
+use Library::{GnuTls, Go, Libc, OpenSsl, Rustls};
 
 /// The program that goes on each RET instruction of the Go functions (Go's
 /// moving stacks rule out return probes).
@@ -385,6 +388,74 @@ pub const PROGRAMS: &[Program] = &[
         TlsPlaintext,
         &[(Go, "crypto/tls.(*Conn).Write")],
         "Go plaintext writes",
+    ),
+    // rustls, in each Rust executable that carries it, for all its processes.
+    up(
+        "rustls_record_read",
+        false,
+        TlsHandshakes,
+        &[(Rustls, rl::RECORD_READ)],
+        "rustls: the socket a connection's records are read from",
+    ),
+    up(
+        "rustls_records_done",
+        false,
+        TlsHandshakes,
+        &[(Rustls, rl::RECORDS_DONE)],
+        "rustls: a connection tied to its socket (its handshake is read on the wire)",
+    ),
+    up(
+        "rustls_write",
+        false,
+        TlsPlaintext,
+        &[(Rustls, rl::WRITE)],
+        "rustls plaintext writes",
+    ),
+    up(
+        "rustls_write_vectored",
+        false,
+        TlsPlaintext,
+        &[(Rustls, rl::WRITE_VECTORED)],
+        "rustls plaintext writes (vectored)",
+    ),
+    up(
+        "rustls_write_common",
+        false,
+        TlsPlaintext,
+        &[(Rustls, rl::WRITE_COMMON)],
+        "rustls: a write's connection",
+    ),
+    up(
+        "rustls_rw_ret",
+        true,
+        TlsPlaintext,
+        &[
+            (Rustls, rl::WRITE),
+            (Rustls, rl::WRITE_VECTORED),
+            (Rustls, rl::READ),
+        ],
+        "rustls plaintext call results",
+    ),
+    up(
+        "rustls_chunk_ret",
+        true,
+        TlsPlaintext,
+        &[(Rustls, rl::CHUNK)],
+        "rustls plaintext handed to tokio-rustls",
+    ),
+    up(
+        "rustls_consume",
+        false,
+        TlsPlaintext,
+        &[(Rustls, rl::CONSUME)],
+        "rustls plaintext reads (tokio-rustls)",
+    ),
+    up(
+        "rustls_read",
+        false,
+        TlsPlaintext,
+        &[(Rustls, rl::READ)],
+        "rustls plaintext reads (blocking callers)",
     ),
     // Resolver calls, for every process that maps a C library we know.
     up(

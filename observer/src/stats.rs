@@ -86,6 +86,10 @@ pub struct Summary {
     /// probe saw it at its start; a library that took over later is not
     /// subtracted).
     pub tls_wire: u64,
+    /// rustls connections tied to their socket, and rustls plaintext reads
+    /// whose connection was not found (their bytes lost).
+    pub tls_rustls_tied: u64,
+    pub tls_rustls_reads_unjoined: u64,
     /// TLS sessions or connections the kernel could not store (maps full).
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).

@@ -319,6 +319,8 @@ pub async fn run_with(
         replaced: k(Counter::Replaced),
         tls_bound: k(Counter::TlsBound),
         tls_wire: k(Counter::TlsWire),
+        tls_rustls_tied: k(Counter::RustlsTied),
+        tls_rustls_reads_unjoined: k(Counter::RustlsReadUnjoined),
         tls_insert_failed: k(Counter::TlsInsertFailed),
         tls_commands_dropped: Stats::get(&stats.tls_commands_full),
         tls_first_byte_unmeasured: end.tls_unmeasured,

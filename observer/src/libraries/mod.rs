@@ -5,6 +5,7 @@
 pub mod elf;
 pub mod golang;
 pub mod procmaps;
+pub mod rustls;
 
 use std::path::PathBuf;
 

@@ -50,7 +50,7 @@ pub struct GoConsidered {
     pub plaintext: Vec<ProbeSite>,
 }
 
-/// Go executables listed in the report at most (the rest are counted).
+/// Executables (Go, rustls) listed in the report at most (the rest are counted).
 const MAX_LISTED: usize = 64;
 
 pub struct GoFiles {
@@ -210,7 +210,7 @@ fn sites(image: &GoImage, feature: Feature, base: u64) -> Vec<ProbeSite> {
 }
 
 /// Keeps the report's list bounded.
-pub fn listed(list: &mut Vec<GoExecutableReport>, r: GoExecutableReport) -> bool {
+pub fn listed<T>(list: &mut Vec<T>, r: T) -> bool {
     if list.len() >= MAX_LISTED {
         return false;
     }

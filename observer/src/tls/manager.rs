@@ -38,6 +38,7 @@ use super::{
     go::{listed, GoConsidered, GoFiles},
     hold::{resume, Holds},
     report::{Policy, Settings, TlsFileReport, TlsReport},
+    rustls::{self, RustlsConsidered},
     site::ProbeSite,
     uprobe_events::{EventId, UprobeEvents},
 };
@@ -408,7 +409,7 @@ impl TlsProbes {
             plaintext,
         }) = self.go.consider(probes, id, path, shown)
         else {
-            self.files.insert(id, None);
+            self.consider_rustls(probes, id, path, shown);
             return;
         };
         if let Some(file) = file {
@@ -431,6 +432,46 @@ impl TlsProbes {
         }
         if !listed(&mut self.report.go_executables, go) {
             self.report.go_executables_unlisted += 1;
+        }
+    }
+
+    /// A Rust executable with rustls gets its probes, or the report says
+    /// why not; its plaintext probes are kept like a Go executable's. The
+    /// observer's own (it carries rustls for OTLP) is left alone.
+    fn consider_rustls(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
+        let considered = if Some(id) == own_executable() {
+            None
+        } else {
+            rustls::consider(probes, id, path, shown)
+        };
+        let Some(RustlsConsidered {
+            report: mut found,
+            file,
+            plaintext,
+        }) = considered
+        else {
+            self.files.insert(id, None);
+            return;
+        };
+        if let Some(file) = file {
+            self.report.attach_errors += file.errors.len() as u64;
+            self.report.files.push(file);
+        }
+        if plaintext.is_empty() {
+            self.files.insert(id, None);
+        } else {
+            self.add_file(probes, id, path, plaintext, true);
+            let placed = match self.files.get(&id) {
+                Some(Some(f)) => f.all.len(),
+                _ => 0,
+            };
+            found.probes += placed;
+            if let Some(r) = self.report.files.last_mut() {
+                r.probes += placed;
+            }
+        }
+        if !listed(&mut self.report.rustls_executables, found) {
+            self.report.rustls_executables_unlisted += 1;
         }
     }
 
@@ -859,6 +900,13 @@ impl TlsProbes {
         self.stop_holds(&rx);
         (probes, self.report)
     }
+}
+
+/// The observer's own executable.
+fn own_executable() -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata("/proc/self/exe").ok()?;
+    Some((md.dev(), md.ino()))
 }
 
 fn same_file(path: &Path, id: FileId) -> bool {

@@ -1,12 +1,13 @@
 //! TLS: which libraries to probe, the probes' lifecycle, and the `tls`
 //! object of connection records. The kernel side is observer-ebpf's
-//! `tls_calls`, `libssl`, `libgnutls`, `go_tls` and `tls_state`.
+//! `tls_calls`, `libssl`, `libgnutls`, `go_tls`, `rustls` and `tls_state`.
 
 mod go;
 mod hold;
 pub mod manager;
 mod record;
 mod report;
+mod rustls;
 mod site;
 pub mod uprobe_events;
 
@@ -14,3 +15,4 @@ pub use go::GoExecutableReport;
 pub use manager::{Command, OnCLibrary, TlsProbes};
 pub use record::{TlsRecord, TlsSource, TtfbSource, TtfbUnmeasured};
 pub use report::{ExecHoldReport, Policy, Settings, TlsFileReport, TlsReport};
+pub use rustls::RustlsExecutableReport;

@@ -177,7 +177,8 @@ impl TlsRecord {
             handshake_ns,
             handshake_error,
             server_name,
-            version: version_name(t.version),
+            // rustls's handshake is read on the wire, which tells 1.2.
+            version: version_name(t.version).or((t.flags & TLS_WIRE_12 != 0).then_some("1.2")),
             ttfb_ns,
             ttfb_source,
             exchanges: plaintext.then_some(exchanges),

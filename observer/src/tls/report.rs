@@ -55,6 +55,10 @@ pub struct TlsReport {
     pub go_executables: Vec<super::go::GoExecutableReport>,
     /// Go executables beyond the listed ones.
     pub go_executables_unlisted: u64,
+    /// Rust executables with rustls seen: probed, or why not.
+    pub rustls_executables: Vec<super::rustls::RustlsExecutableReport>,
+    /// Rust executables with rustls beyond the listed ones.
+    pub rustls_executables_unlisted: u64,
     /// New executables' first processes held at exec: on, or why not.
     pub exec_hold: ExecHoldReport,
 }

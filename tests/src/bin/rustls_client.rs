@@ -1,0 +1,75 @@
+//! An HTTPS client on reqwest with rustls (TLS compiled in), for
+//! tests/tls_rustls.rs: `--requests N` keep-alive requests over one
+//! connection to `--url`, HTTP/1.1 or HTTP/2 (`--http1` / `--http2`), the
+//! server's certificate from `--ca`. `--chat` POSTs an OpenAI-style chat
+//! completion instead of a GET. Prints one JSON line per request with its
+//! own clock: the call's start (wall clock) and the time to the answer's
+//! header (a monotonic timer around `send()`, which returns at the header).
+#![expect(clippy::unwrap_used, reason = "a test helper: a panic is a failure")]
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+#[tokio::main]
+async fn main() {
+    if std::env::var_os("SIZES").is_some() {
+        println!(
+            "{} {} {}",
+            std::mem::size_of::<rustls::CommonState>(),
+            std::mem::size_of::<rustls::ClientConnection>(),
+            std::mem::size_of::<rustls::ServerConnection>()
+        );
+        return;
+    }
+    let (mut url, mut ca, mut n, mut http2, mut chat) =
+        (String::new(), String::new(), 1, false, false);
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        match k.as_str() {
+            "--url" => url = it.next().unwrap(),
+            "--ca" => ca = it.next().unwrap(),
+            "--requests" => n = it.next().unwrap().parse().unwrap(),
+            "--http2" => http2 = true,
+            "--http1" => http2 = false,
+            "--chat" => chat = true,
+            _ => panic!("unknown argument {k}"),
+        }
+    }
+    let cert = reqwest::Certificate::from_pem(&std::fs::read(&ca).unwrap()).unwrap();
+    let mut b = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(cert);
+    b = if http2 {
+        b.http2_prior_knowledge()
+    } else {
+        b.http1_only()
+    };
+    let client = b.build().unwrap();
+    for i in 0..n {
+        let start_unix_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let t = Instant::now();
+        let req = if chat {
+            client
+                .post(format!("{url}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(
+                    r#"{"model":"rustls-test-model","messages":[{"role":"user","content":"hi"}]}"#,
+                )
+        } else {
+            client.get(format!("{url}/req{i}"))
+        };
+        let resp = req.send().await.unwrap();
+        let header_ns = t.elapsed().as_nanos() as u64;
+        let status = resp.status().as_u16();
+        let version = format!("{:?}", resp.version());
+        let body = resp.bytes().await.unwrap();
+        let total_ns = t.elapsed().as_nanos() as u64;
+        println!(
+            "{{\"i\":{i},\"start_unix_ns\":{start_unix_ns},\"header_ns\":{header_ns},\"total_ns\":{total_ns},\"status\":{status},\"version\":\"{version}\",\"body_bytes\":{}}}",
+            body.len()
+        );
+    }
+}
