@@ -54,6 +54,8 @@ use crate::{
 const RECV_WINDOW_NS: u64 = 5_000_000;
 /// The `iovec`s of a vectored write whose bytes are sent up, at most.
 const MAX_IOVECS: usize = 8;
+/// The same for a write sent up from the socket hook (`write_tied`).
+const TIED_IOVECS: usize = 3;
 
 #[inline(always)]
 fn regs(ctx: &ProbeContext) -> &pt_regs {
@@ -215,7 +217,7 @@ pub fn rustls_rw_ret(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 fn emit_call(sk: u64, call: &TlsCall, n: u64, now: u64, tls: &mut TlsConn) {
     if call.op == op::WRITE && call.count_ptr != 0 {
-        emit_iovecs(sk, call.buf, call.count_ptr, n, call.entry_ns, now, tls);
+        emit_iovecs::<MAX_IOVECS>(sk, call.buf, call.count_ptr, n, call.entry_ns, now, tls);
     } else {
         emit_tls_plaintext(sk, call.op, call.buf, n, call.entry_ns, now, tls);
     }
@@ -241,26 +243,38 @@ pub fn write_tied(sk: u64, call: &TlsCall, pid_tgid: u64, session: *mut TlsSessi
     if !account(tls, call, n as i64, n as i32, call.ret_ns) {
         return;
     }
-    // One event here, in the socket hook (the verifier's budget for it):
-    // a vectored write's first buffer.
-    let (buf, len) = if call.count_ptr != 0 {
-        // SAFETY: the helper tolerates any user address.
-        match unsafe { bpf_probe_read_user(call.buf as *const [u64; 2]) } {
-            Ok(v) => (v[0], v[1].min(n)),
-            Err(_) => return,
-        }
+    // In the socket hook the verifier's budget allows fewer events: a
+    // vectored write's first [`TIED_IOVECS`] buffers (a request's head and
+    // body); bytes past them are counted, not sent up.
+    if call.count_ptr != 0 {
+        emit_iovecs::<TIED_IOVECS>(
+            sk,
+            call.buf,
+            call.count_ptr,
+            n,
+            call.entry_ns,
+            call.ret_ns,
+            tls,
+        );
     } else {
-        (call.buf, n)
-    };
-    emit_tls_plaintext(sk, op::WRITE, buf, len, call.entry_ns, call.ret_ns, tls);
+        emit_tls_plaintext(sk, op::WRITE, call.buf, n, call.entry_ns, call.ret_ns, tls);
+    }
 }
 
 /// The `n` bytes a vectored write took, one event per `iovec` (at most
-/// [`MAX_IOVECS`]; the bytes past them are counted, not sent up).
+/// `MAX`; the bytes past them are counted, not sent up).
 #[inline(always)]
-fn emit_iovecs(sk: u64, iov: u64, count: u64, n: u64, entry_ns: u64, now: u64, tls: &mut TlsConn) {
+fn emit_iovecs<const MAX: usize>(
+    sk: u64,
+    iov: u64,
+    count: u64,
+    n: u64,
+    entry_ns: u64,
+    now: u64,
+    tls: &mut TlsConn,
+) {
     let mut left = n;
-    for i in 0..MAX_IOVECS {
+    for i in 0..MAX {
         if i as u64 >= count || left == 0 {
             return;
         }

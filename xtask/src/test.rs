@@ -93,6 +93,8 @@ pub fn run(args: &[String]) -> Result<()> {
     run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
     // The test build of NVML the GPU tests load through --nvml-lib.
     run_checked(cargo().args(["build", "--release", "--package", "nvml-stub"]))?;
+    // The Rust programs with rustls the rustls tests run.
+    run_checked(cargo().args(["build", "--release", "--package", "rustls-pair"]))?;
     let root = workspace_root()?;
     let bin = root.join("target/release/observer");
     let mut cmd = cargo();

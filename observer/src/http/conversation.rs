@@ -401,6 +401,38 @@ mod tests {
         format!("{:x}\r\n{s}\r\n", s.len())
     }
 
+    /// hyper's server reads 24 bytes first (to tell an HTTP/2 preface), so
+    /// a POST's request line arrives cut, its head and body after it.
+    #[test]
+    fn a_request_line_cut_short_on_the_server() {
+        let mut c = Conversation::default();
+        let body = r#"{"model":"m1","messages":[{"role":"user","content":"hi"}]}"#;
+        let req = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let (cut, rest) = req.as_bytes().split_at(24);
+        let first = call(op::READ, 1_000, cut);
+        assert!(c.feed(&first, false).is_empty());
+        assert!(c.feed(&call(op::READ, 2_000, rest), false).is_empty());
+        let answer = r#"{"model":"m1","choices":[{"message":{"content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":7}}"#;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            answer.len()
+        );
+        assert!(c
+            .feed(&call(op::WRITE, 300_000, head.as_bytes()), false)
+            .is_empty());
+        let done = c.feed(&call(op::WRITE, 301_000, answer.as_bytes()), false);
+        assert_eq!(done.len(), 1);
+        let x = &done[0];
+        assert_eq!(x.request_bytes, req.len() as u64);
+        // A server's request starts when its first bytes were read.
+        assert_eq!(x.start_ns, first.ret_ns);
+        let h = x.request.as_ref().expect("the request");
+        assert_eq!(h.path.as_deref(), Some("/v1/chat/completions"));
+    }
+
     #[test]
     fn a_streamed_chat_completion_from_the_client() {
         let mut c = Conversation::default();

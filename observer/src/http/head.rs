@@ -31,13 +31,22 @@ const METHODS: [&str; 9] = [
 ];
 
 /// Whether `b` could be the first bytes of a request read alone: a method
-/// cut short, or a method and its space (Go's net/http server reads one
-/// byte of the next request while it answers the last, to see a close).
+/// cut short, a method and its space (Go's net/http server reads one byte
+/// of the next request while it answers the last, to see a close), or a
+/// request line cut short (hyper's server reads 24 bytes first, to tell an
+/// HTTP/2 preface).
 pub fn could_begin_request(b: &[u8]) -> bool {
+    /// Longer than any request line we follow: the rest is not HTTP.
+    const MAX_LINE: usize = 8192;
     !b.is_empty()
+        && b.len() <= MAX_LINE
         && METHODS.iter().any(|m| {
             let m = m.as_bytes();
-            b.len() <= m.len() + 1 && b.iter().zip(m.iter().chain(b" ")).all(|(x, y)| x == y)
+            if b.len() <= m.len() {
+                m.starts_with(b)
+            } else {
+                b.starts_with(m) && b[m.len()] == b' ' && !b.contains(&b'\n')
+            }
         })
 }
 
@@ -173,10 +182,26 @@ mod tests {
 
     #[test]
     fn the_first_bytes_of_a_request() {
-        for b in [&b"G"[..], b"GE", b"GET", b"GET ", b"OPT", b"OPTIONS "] {
+        for b in [
+            &b"G"[..],
+            b"GE",
+            b"GET",
+            b"GET ",
+            b"OPT",
+            b"OPTIONS ",
+            b"GET /",
+            b"POST /v1/chat/completion",
+        ] {
             assert!(could_begin_request(b), "{b:?}");
         }
-        for b in [&b""[..], b"GET /", b"X", b"get", b"GETX", b"HTTP/1.1"] {
+        for b in [
+            &b""[..],
+            b"X",
+            b"get",
+            b"GETX",
+            b"HTTP/1.1",
+            b"GET / HTTP/1.1\r\nHost: x",
+        ] {
             assert!(!could_begin_request(b), "{b:?}");
         }
     }

@@ -111,7 +111,7 @@ pub fn inspect(path: &Path) -> Result<Option<RustlsImage>, RustlsError> {
             continue;
         }
         mentions = true;
-        let name = format!("{:#}", rustc_demangle::demangle(raw));
+        let name = inherent_plain(format!("{:#}", rustc_demangle::demangle(raw)));
         let Some(&(canonical, _)) = NAMES.iter().find(|(_, names)| names.contains(&&*name)) else {
             continue;
         };
@@ -152,6 +152,17 @@ pub fn inspect(path: &Path) -> Result<Option<RustlsImage>, RustlsError> {
     }))
 }
 
+/// A method of a type's own impl as legacy mangling names it: v0 writes
+/// `<rustls::common_state::CommonState>::current_io_state`, legacy
+/// `rustls::common_state::CommonState::current_io_state` (a trait's method,
+/// `<T as Trait>::f`, is written alike by both).
+fn inherent_plain(name: String) -> String {
+    match name.strip_prefix('<').and_then(|n| n.split_once(">::")) {
+        Some((ty, f)) if !ty.contains(" as ") && !ty.contains('<') => format!("{ty}::{f}"),
+        _ => name,
+    }
+}
+
 /// Whether the read-only data names rustls's sources (its panic
 /// locations), as a program built with it keeps after stripping.
 fn carries_rustls_paths<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> bool {
@@ -172,6 +183,24 @@ mod tests {
         }
         for r in REQUIRED {
             assert!(NAMES.iter().any(|(c, _)| c == r));
+        }
+    }
+
+    #[test]
+    fn v0_inherent_methods_read_as_legacy_ones() {
+        for (v0, legacy) in [
+            (
+                "<rustls::common_state::CommonState>::current_io_state",
+                RECORDS_DONE,
+            ),
+            (WRITE, WRITE),
+            (
+                "<rustls::conn::connection::Reader>::into_first_chunk",
+                CHUNK,
+            ),
+            ("<alloc::vec::Vec<u8>>::push", "<alloc::vec::Vec<u8>>::push"),
+        ] {
+            assert_eq!(inherent_plain(v0.to_owned()), legacy);
         }
     }
 

@@ -11,17 +11,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 #[tokio::main]
 async fn main() {
-    if std::env::var_os("SIZES").is_some() {
-        println!(
-            "{} {} {}",
-            std::mem::size_of::<rustls::CommonState>(),
-            std::mem::size_of::<rustls::ClientConnection>(),
-            std::mem::size_of::<rustls::ServerConnection>()
-        );
-        return;
-    }
     let (mut url, mut ca, mut n, mut http2, mut chat) =
         (String::new(), String::new(), 1, false, false);
+    let mut wait_ms = 0;
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         match k.as_str() {
@@ -31,6 +23,8 @@ async fn main() {
             "--http2" => http2 = true,
             "--http1" => http2 = false,
             "--chat" => chat = true,
+            // Waits before its requests (a process for `doctor` to find).
+            "--wait-ms" => wait_ms = it.next().unwrap().parse().unwrap(),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -45,6 +39,7 @@ async fn main() {
         b.http1_only()
     };
     let client = b.build().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
     for i in 0..n {
         let start_unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -68,7 +63,8 @@ async fn main() {
         let body = resp.bytes().await.unwrap();
         let total_ns = t.elapsed().as_nanos() as u64;
         println!(
-            "{{\"i\":{i},\"start_unix_ns\":{start_unix_ns},\"header_ns\":{header_ns},\"total_ns\":{total_ns},\"status\":{status},\"version\":\"{version}\",\"body_bytes\":{}}}",
+            "{{\"pid\":{},\"i\":{i},\"start_unix_ns\":{start_unix_ns},\"header_ns\":{header_ns},\"total_ns\":{total_ns},\"status\":{status},\"version\":\"{version}\",\"body_bytes\":{}}}",
+            std::process::id(),
             body.len()
         );
     }

@@ -1,7 +1,7 @@
 //! An HTTPS server on hyper and tokio-rustls (rustls compiled in: no TLS
 //! library for the observer to probe), HTTP/1.1 and HTTP/2 by ALPN, for
 //! tests/tls_rustls.rs. Injected waits: inside each handshake (after the
-//! ClientHello is read) and before each answer's header. Prints `port N`
+//! ClientHello is read) and before each answer's header. Prints `PORT N`
 //! once listening. `POST /v1/chat/completions` answers an OpenAI-style chat
 //! completion with its token counts; anything else a short text.
 #![expect(clippy::unwrap_used, reason = "a test helper: a panic is a failure")]
@@ -90,7 +90,7 @@ async fn main() {
     let a = args();
     let config = config(&a);
     let listener = TcpListener::bind(("127.0.0.1", a.port)).await.unwrap();
-    println!("port {}", listener.local_addr().unwrap().port());
+    println!("PORT {}", listener.local_addr().unwrap().port());
     let hs = Duration::from_millis(a.handshake_ms);
     let wait = Duration::from_millis(a.answer_ms);
     loop {
