@@ -54,7 +54,7 @@ const MAX_NAMES: usize = 4096;
 /// "incomplete" on one end and its last bytes become an answer without a
 /// request.
 const CLOSE_LINGER_NS: u64 = 100_000_000;
-/// Closes waiting at most (the oldest goes first past it).
+/// Closes waiting at most: past it, every waiting close ends at once.
 const MAX_CLOSING: usize = 1024;
 
 /// A close held back for the last bytes of an exchange in flight, with

@@ -108,7 +108,7 @@ fn waits_to_attach(name: &str) -> bool {
     name == "ssl_set_host_name"
         || get(name).is_some_and(|p| {
             matches!(p.hook, Hook::UProbe { functions, .. }
-                if functions.iter().all(|(l, _)| *l == Library::Go))
+                if functions.iter().all(|(l, _)| matches!(l, Library::Go | Library::Rustls)))
         })
 }
 
@@ -186,9 +186,9 @@ fn doctor_reports_every_probe_attached() {
     );
     // Every program of the object is listed; none failed. Those still
     // "loaded" wait for something to attach to: BoringSSL's
-    // SSL_set_tlsext_host_name (not in OpenSSL 3), and Go's crypto/tls
-    // (attached to each Go executable a process runs; none runs here, see
-    // tls_go.rs for doctor with one). The plaintext programs are on every
+    // SSL_set_tlsext_host_name (not in OpenSSL 3), Go's crypto/tls and
+    // rustls (attached to each Go or Rust executable a process runs; none
+    // runs here, see tls_go.rs and tls_rustls.rs for doctor with one). The plaintext programs are on every
     // TLS file for all processes from the start.
     let programs = v["programs"].as_array().unwrap();
     assert_eq!(programs.len(), observer::programs::PROGRAMS.len());

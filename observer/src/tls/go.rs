@@ -103,15 +103,7 @@ impl GoFiles {
                 });
             }
         };
-        let mut file = TlsFileReport {
-            path: shown.to_owned(),
-            library: library::name(library::GO),
-            dev: id.0,
-            inode: id.1,
-            probes: 0,
-            per_process: false,
-            errors: Vec::new(),
-        };
+        let mut file = TlsFileReport::new(shown, library::GO, id);
         let mut report = GoExecutableReport {
             path: shown.to_owned(),
             version: Some(image.version.clone()),

@@ -346,15 +346,7 @@ impl TlsProbes {
                 return;
             }
         };
-        let mut report = TlsFileReport {
-            path: shown.to_owned(),
-            library: library::name(image.library),
-            dev: id.0,
-            inode: id.1,
-            probes: 0,
-            per_process: false,
-            errors: Vec::new(),
-        };
+        let mut report = TlsFileReport::new(shown, image.library, id);
         for site in sites(&image, Feature::TlsHandshakes) {
             match site.attach_all(probes, path) {
                 Ok(_) => report.probes += 1,
@@ -412,24 +404,7 @@ impl TlsProbes {
             self.consider_rustls(probes, id, path, shown);
             return;
         };
-        if let Some(file) = file {
-            self.report.attach_errors += file.errors.len() as u64;
-            self.report.files.push(file);
-        }
-        if plaintext.is_empty() {
-            self.files.insert(id, None);
-        } else {
-            // Its file report is the last one.
-            self.add_file(probes, id, path, plaintext, true);
-            let placed = match self.files.get(&id) {
-                Some(Some(f)) => f.all.len(),
-                _ => 0,
-            };
-            go.probes += placed;
-            if let Some(r) = self.report.files.last_mut() {
-                r.probes += placed;
-            }
-        }
+        go.probes += self.add_executable(probes, id, path, file, plaintext);
         if !listed(&mut self.report.go_executables, go) {
             self.report.go_executables_unlisted += 1;
         }
@@ -453,26 +428,41 @@ impl TlsProbes {
             self.files.insert(id, None);
             return;
         };
+        found.probes += self.add_executable(probes, id, path, file, plaintext);
+        if !listed(&mut self.report.rustls_executables, found) {
+            self.report.rustls_executables_unlisted += 1;
+        }
+    }
+
+    /// An executable whose TLS is compiled in (Go, rustls), its handshake
+    /// probes placed: its file report, and its plaintext probes kept like a
+    /// library's. Returns the plaintext probes placed.
+    fn add_executable(
+        &mut self,
+        probes: &mut Probes,
+        id: FileId,
+        path: &Path,
+        file: Option<TlsFileReport>,
+        plaintext: Vec<ProbeSite>,
+    ) -> usize {
         if let Some(file) = file {
             self.report.attach_errors += file.errors.len() as u64;
             self.report.files.push(file);
         }
         if plaintext.is_empty() {
             self.files.insert(id, None);
-        } else {
-            self.add_file(probes, id, path, plaintext, true);
-            let placed = match self.files.get(&id) {
-                Some(Some(f)) => f.all.len(),
-                _ => 0,
-            };
-            found.probes += placed;
-            if let Some(r) = self.report.files.last_mut() {
-                r.probes += placed;
-            }
+            return 0;
         }
-        if !listed(&mut self.report.rustls_executables, found) {
-            self.report.rustls_executables_unlisted += 1;
+        // Its file report is the last one.
+        self.add_file(probes, id, path, plaintext, true);
+        let placed = match self.files.get(&id) {
+            Some(Some(f)) => f.all.len(),
+            _ => 0,
+        };
+        if let Some(r) = self.report.files.last_mut() {
+            r.probes += placed;
         }
+        placed
     }
 
     /// The plaintext probes on `file` for all processes.

@@ -92,3 +92,18 @@ pub struct TlsFileReport {
     pub per_process: bool,
     pub errors: Vec<String>,
 }
+
+impl TlsFileReport {
+    /// A file of `library` (its id) just found, nothing attached yet.
+    pub fn new(shown: &str, library: u8, id: crate::libraries::procmaps::FileId) -> Self {
+        Self {
+            path: shown.to_owned(),
+            library: observer_common::tls::library::name(library),
+            dev: id.0,
+            inode: id.1,
+            probes: 0,
+            per_process: false,
+            errors: Vec::new(),
+        }
+    }
+}

@@ -65,15 +65,7 @@ pub fn consider(
             });
         }
     };
-    let mut file = TlsFileReport {
-        path: shown.to_owned(),
-        library: library::name(library::RUSTLS),
-        dev: id.0,
-        inode: id.1,
-        probes: 0,
-        per_process: false,
-        errors: Vec::new(),
-    };
+    let mut file = TlsFileReport::new(shown, library::RUSTLS, id);
     for site in sites(&image, Feature::TlsHandshakes) {
         match site.attach_all(probes, path) {
             Ok(_) => file.probes += 1,
