@@ -1,7 +1,12 @@
 //! Records sent to userspace through the ring buffer. A failed reservation is
 //! counted, never silent.
 
-use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::ring_buf::RingBufEntry};
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel, generated::bpf_skb_load_bytes},
+    maps::ring_buf::RingBufEntry,
+    programs::SkBuffContext,
+    EbpfContext,
+};
 use observer_common::{
     http::{self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
     tls::{library, TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
@@ -132,6 +137,40 @@ pub fn emit_tls_name(sk: u64, name: &[u8; SERVER_NAME_LEN], len: u32, now: u64) 
         (*ev).name = *name;
     }
     entry.submit(submit_flags());
+}
+
+/// Sends the server name of the TLS session on `sk` as a ClientHello in the
+/// packet holds it: `len` bytes at `off` (at most [`SERVER_NAME_LEN`]).
+#[inline(always)]
+pub fn emit_tls_name_from_skb(ctx: &SkBuffContext, sk: u64, off: usize, len: usize, now: u64) {
+    if len == 0 {
+        return;
+    }
+    // 1..=SERVER_NAME_LEN in a form the verifier can follow (a load of
+    // zero bytes is refused).
+    let len = ((len.min(SERVER_NAME_LEN) - 1) & (SERVER_NAME_LEN - 1)) + 1;
+    let Some(mut entry) = reserve::<TlsNameEvent>(EventKind::TlsName, now) else {
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size, and
+    // `len` bytes fit in its name.
+    let loaded = unsafe {
+        (*ev).sk = sk;
+        (*ev).len = len as u32;
+        (*ev)._pad = 0;
+        bpf_skb_load_bytes(
+            ctx.as_ptr() as *const _,
+            off as u32,
+            (*ev).name.as_mut_ptr().cast(),
+            len as u32,
+        )
+    };
+    if loaded == 0 {
+        entry.submit(submit_flags());
+    } else {
+        entry.discard(0);
+    }
 }
 
 /// Reads a 32-bit field of the socket at `off` (0: offset unknown -> 0).

@@ -20,6 +20,10 @@
 //!   application record toward the server is the request, the first back
 //!   the answer.
 //!
+//! The hellos are read further: the ClientHello's server name (SNI) goes up
+//! for the connection's record, the ServerHello's `supported_versions`
+//! (TLS 1.3) or its legacy version (1.2 and older) is the version.
+//!
 //! A library probe that ties a session to the socket replaces the entry
 //! (`tls_state::bind`), and the packet programs stop reading it; rustls,
 //! whose probes see no handshake call, takes the entry over and leaves the
@@ -31,12 +35,23 @@ use observer_common::{
     Counter, TlsConn,
 };
 
-use crate::maps::{count, TLS_CONNS};
+use crate::{
+    events::emit_tls_name_from_skb,
+    maps::{count, TLS_CONNS},
+};
 
 const HANDSHAKE: u8 = 22;
 const CHANGE_CIPHER_SPEC: u8 = 20;
 const APPLICATION_DATA: u8 = 23;
 const CLIENT_HELLO: u8 = 1;
+const SERVER_HELLO: u8 = 2;
+const EXT_SERVER_NAME: u16 = 0;
+const EXT_SUPPORTED_VERSIONS: u16 = 43;
+/// Extensions looked at for the one wanted (browsers send about 18).
+const MAX_EXTENSIONS: usize = 24;
+/// Where a hello's session id length lies: after the record header (5),
+/// the handshake header (4), the version (2) and the random (32).
+const HELLO_SESSION_ID: usize = 43;
 /// A ChangeCipherSpec record whole: header and its one byte.
 const CCS_RECORD_LEN: usize = 6;
 
@@ -70,7 +85,77 @@ pub fn starts(ctx: &SkBuffContext, sk: u64, payload: usize, egress: bool, now: u
         return false;
     }
     count(Counter::TlsWire);
+    if let Some((name, len)) = server_name(ctx, payload) {
+        emit_tls_name_from_skb(ctx, sk, name, len, now);
+    }
     true
+}
+
+/// Where a hello's extensions lie in the segment: (start, end). After the
+/// session id, a ClientHello lists its cipher suites and compression
+/// methods (each with its length in front), a ServerHello names one of each.
+#[inline(always)]
+fn extensions(ctx: &SkBuffContext, payload: usize, client: bool) -> Option<(usize, usize)> {
+    let mut off = payload + HELLO_SESSION_ID;
+    let sid = usize::from(ctx.load::<u8>(off).ok()?);
+    if sid > 32 {
+        return None;
+    }
+    off += 1 + sid;
+    if client {
+        off += 2 + usize::from(u16::from_be_bytes(ctx.load::<[u8; 2]>(off).ok()?));
+        off += 1 + usize::from(ctx.load::<u8>(off).ok()?);
+    } else {
+        off += 3;
+    }
+    let len = usize::from(u16::from_be_bytes(ctx.load::<[u8; 2]>(off).ok()?));
+    Some((off + 2, off + 2 + len))
+}
+
+/// The extension `wanted` among a hello's: where its data starts, its length.
+#[inline(always)]
+fn extension(
+    ctx: &SkBuffContext,
+    (start, end): (usize, usize),
+    wanted: u16,
+) -> Option<(usize, usize)> {
+    let mut off = start;
+    for _ in 0..MAX_EXTENSIONS {
+        if off + 4 > end {
+            return None;
+        }
+        let h = ctx.load::<[u8; 4]>(off).ok()?;
+        let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        if u16::from_be_bytes([h[0], h[1]]) == wanted {
+            return Some((off + 4, len));
+        }
+        off += 4 + len;
+    }
+    None
+}
+
+/// The host name a ClientHello asks for (RFC 6066: a list of one, type 0,
+/// its length, the name): where it lies in the segment and its length.
+#[inline(always)]
+fn server_name(ctx: &SkBuffContext, payload: usize) -> Option<(usize, usize)> {
+    let (data, len) = extension(ctx, extensions(ctx, payload, true)?, EXT_SERVER_NAME)?;
+    let h = ctx.load::<[u8; 5]>(data).ok()?;
+    let name_len = usize::from(u16::from_be_bytes([h[3], h[4]]));
+    (h[2] == 0 && name_len > 0 && name_len + 5 <= len).then_some((data + 5, name_len))
+}
+
+/// The version a ServerHello settles on: its `supported_versions` (TLS
+/// 1.3, whose legacy field says 1.2), else its legacy version.
+#[inline(always)]
+fn server_version(ctx: &SkBuffContext, payload: usize) -> u16 {
+    let legacy = ctx
+        .load::<[u8; 2]>(payload + 9)
+        .map_or(0, u16::from_be_bytes);
+    extensions(ctx, payload, false)
+        .and_then(|exts| extension(ctx, exts, EXT_SUPPORTED_VERSIONS))
+        .and_then(|(data, len)| (len == 2).then_some(data))
+        .and_then(|data| ctx.load::<[u8; 2]>(data).ok())
+        .map_or(legacy, u16::from_be_bytes)
 }
 
 /// A later payload of a followed connection; false once there is nothing
@@ -99,7 +184,12 @@ pub fn step(
         return true;
     };
     match (t.wire_stage, toward_server) {
-        (wire::HELLO, false) => t.wire_stage = wire::SERVER_FLIGHT,
+        (wire::HELLO, false) => {
+            if kind == HANDSHAKE && msg == SERVER_HELLO {
+                t.version = server_version(ctx, payload);
+            }
+            t.wire_stage = wire::SERVER_FLIGHT;
+        }
         (wire::SERVER_FLIGHT, true) => {
             if kind == HANDSHAKE && msg == CLIENT_HELLO {
                 // After a HelloRetryRequest: the handshake goes on.

@@ -45,6 +45,8 @@ struct Live {
 
 /// Interned thread names are forgotten past this many distinct ones.
 const MAX_NAMES: usize = 4096;
+/// Server names held for sockets whose owner is not known yet.
+const MAX_EARLY_NAMES: usize = 4096;
 
 /// How long a close waits for the last bytes of an exchange in flight. A
 /// library call's plaintext leaves at its return, which can come after the
@@ -96,6 +98,10 @@ pub struct ConnTable {
     /// HTTP/1.x conversations by socket: kept apart from `live`, since a
     /// server's first request arrives before its owner is known.
     http: HashMap<u64, crate::http::Conversation>,
+    /// Server names read from a ClientHello on the wire before the socket's
+    /// owner was known (a server's socket: the hello arrives before the
+    /// server reads it).
+    early_names: HashMap<u64, Arc<str>>,
     /// Closes waiting for an exchange's last bytes (see CLOSE_LINGER_NS).
     closing: Vec<Closing>,
     /// Connection records of closes that waited, not yet taken by the
@@ -123,6 +129,7 @@ impl ConnTable {
             keep_query: false,
             tls_unmeasured: crate::stats::TlsFirstByteUnmeasured::default(),
             http: HashMap::new(),
+            early_names: HashMap::new(),
             closing: Vec::new(),
             conns_out: Vec::new(),
             close_lingered: 0,
@@ -159,6 +166,7 @@ impl ConnTable {
             self.end_closes_due(u64::MAX);
         }
         self.close_lingered += 1;
+        self.early_names.remove(&conn.sk);
         self.closing.push(Closing {
             due_ns: crate::clock::monotonic_ns() + CLOSE_LINGER_NS,
             conn: *conn,
@@ -291,7 +299,7 @@ impl ConnTable {
                     sk,
                     Live {
                         owner,
-                        server_name: None,
+                        server_name: self.early_names.remove(&sk),
                         last_snapshot_ns: 0,
                         missing: false,
                     },
@@ -329,8 +337,17 @@ impl ConnTable {
                 // A literal address is never sent as a server name (RFC
                 // 6066); Go's client config holds one when dialing an IP.
                 let literal = name.parse::<std::net::IpAddr>().is_ok();
-                if let Some(live) = self.live.get_mut(&sk).filter(|_| !literal) {
-                    live.server_name = Some(Arc::from(name));
+                if literal {
+                    return None;
+                }
+                match self.live.get_mut(&sk) {
+                    Some(live) => live.server_name = Some(Arc::from(name)),
+                    None => {
+                        if self.early_names.len() >= MAX_EARLY_NAMES {
+                            self.early_names.clear();
+                        }
+                        self.early_names.insert(sk, Arc::from(name));
+                    }
                 }
                 None
             }
@@ -359,6 +376,7 @@ impl ConnTable {
     fn close(&mut self, conn: Conn, tls: TlsConn) -> ConnRecord {
         let live = self.live.remove(&conn.sk);
         let talk = self.http.remove(&conn.sk);
+        self.early_names.remove(&conn.sk);
         self.close_with(conn, tls, live, talk)
     }
 
@@ -473,6 +491,8 @@ impl ConnTable {
         // Conversations of sockets the table never knew, gone from CONNS.
         self.http
             .retain(|sk, _| self.live.contains_key(sk) || kernel.lookup(*sk).is_some());
+        self.early_names
+            .retain(|sk, _| kernel.lookup(*sk).is_some());
         out
     }
 
@@ -742,7 +762,8 @@ mod tests {
             }),
             None
         );
-        // A name for a connection the table does not know is dropped.
+        // A name that comes before its socket's owner (a server's: the
+        // ClientHello arrives before the server reads it) waits for it.
         assert_eq!(
             t.handle(Event::TlsName {
                 sk: 99,
@@ -751,6 +772,30 @@ mod tests {
             }),
             None
         );
+        t.handle(owner_event(99, 10));
+        let wire = TlsConn {
+            hs_start_ns: 300,
+            hs_end_ns: 900,
+            library: library::WIRE,
+            flags: TLS_HS_STARTED | TLS_HS_DONE,
+            version: 0x0304,
+            ..TlsConn::default()
+        };
+        let r = t
+            .handle(Event::Close(conn(99, 10), wire))
+            .expect("a record");
+        let tls = r.tls.expect("a tls object");
+        assert_eq!(tls.server_name.as_deref(), Some("api.test"));
+        assert_eq!(tls.version, Some("1.3"), "the ServerHello's version");
+        assert!(t.early_names.is_empty());
+        // One for a socket that closes with no owner is forgotten.
+        t.handle(Event::TlsName {
+            sk: 98,
+            len: 8,
+            name,
+        });
+        let _ = t.handle(Event::Close(conn(98, 10), TlsConn::default()));
+        assert!(t.early_names.is_empty());
         let tls = TlsConn {
             hs_start_ns: 300,
             hs_end_ns: 900,

@@ -105,6 +105,13 @@ impl ProbeError {
             ) => Some(
                 "the kernel refused the probe for this user: run as root, or with CAP_SYS_ADMIN",
             ),
+            // The verifier refuses with EACCES too; its log then says how
+            // far it got (a refusal for privileges has none).
+            (ProbeError::Load { .. }, Some(libc::EACCES))
+                if self.verifier_log().is_some_and(|l| l.contains("processed")) =>
+            {
+                Some("the kernel's verifier refused it: `observer doctor --verbose` shows its log")
+            }
             (ProbeError::Load { .. }, Some(libc::EPERM | libc::EACCES)) => {
                 Some("needs root, or CAP_BPF and CAP_PERFMON")
             }

@@ -115,7 +115,7 @@ impl TlsRecord {
             return None;
         }
         if t.library == library::WIRE {
-            return Some(Self::from_wire(t, direction, state, clock));
+            return Some(Self::from_wire(t, direction, state, server_name, clock));
         }
         let first_rx_ns = conn.first_rx_ns;
         let done = t.flags & TLS_HS_DONE != 0;
@@ -177,7 +177,7 @@ impl TlsRecord {
             handshake_ns,
             handshake_error,
             server_name,
-            // rustls's handshake is read on the wire, which tells 1.2.
+            // rustls's handshake is read on the wire (its ServerHello).
             version: version_name(t.version).or((t.flags & TLS_WIRE_12 != 0).then_some("1.2")),
             ttfb_ns,
             ttfb_source,
@@ -196,7 +196,13 @@ impl TlsRecord {
     /// ClientHello to the client's Finished (TLS 1.3) or the server's last
     /// flight (TLS 1.2), as the packets passed this host's stack; the first
     /// byte only after a full TLS 1.2 handshake.
-    fn from_wire(t: &TlsConn, direction: Direction, state: State, clock: Option<&Clock>) -> Self {
+    fn from_wire(
+        t: &TlsConn,
+        direction: Direction,
+        state: State,
+        server_name: Option<Arc<str>>,
+        clock: Option<&Clock>,
+    ) -> Self {
         let done = t.flags & TLS_HS_DONE != 0;
         let handshake_ns = if done {
             span(t.hs_start_ns, t.hs_end_ns)
@@ -219,8 +225,8 @@ impl TlsRecord {
             setup_ns: None,
             handshake_ns,
             handshake_error: None,
-            server_name: None,
-            version: tls12.then_some("1.2"),
+            server_name,
+            version: version_name(t.version).or(tls12.then_some("1.2")),
             ttfb_ns,
             ttfb_source: ttfb_ns.map(|_| TtfbSource::Wire),
             exchanges: None,

@@ -5,6 +5,8 @@
 //! completion instead of a GET. Prints one JSON line per request with its
 //! own clock: the call's start (wall clock) and the time to the answer's
 //! header (a monotonic timer around `send()`, which returns at the header).
+//! `--resolve NAME=IP` sends NAME's requests to IP (the URL names NAME, so
+//! the ClientHello carries it).
 #![expect(clippy::unwrap_used, reason = "a test helper: a panic is a failure")]
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -14,6 +16,7 @@ async fn main() {
     let (mut url, mut ca, mut n, mut http2, mut chat) =
         (String::new(), String::new(), 1, false, false);
     let mut wait_ms = 0;
+    let mut resolve = None;
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         match k.as_str() {
@@ -25,6 +28,7 @@ async fn main() {
             "--chat" => chat = true,
             // Waits before its requests (a process for `doctor` to find).
             "--wait-ms" => wait_ms = it.next().unwrap().parse().unwrap(),
+            "--resolve" => resolve = Some(it.next().unwrap()),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -33,6 +37,11 @@ async fn main() {
         .use_rustls_tls()
         .tls_built_in_root_certs(false)
         .add_root_certificate(cert);
+    if let Some(r) = resolve {
+        let (name, ip) = r.split_once('=').unwrap();
+        // Port 0: the URL's port is used.
+        b = b.resolve(name, std::net::SocketAddr::new(ip.parse().unwrap(), 0));
+    }
     b = if http2 {
         b.http2_prior_knowledge()
     } else {
