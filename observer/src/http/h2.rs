@@ -277,7 +277,19 @@ pub struct H2 {
     pub undecodable: u64,
     /// Times a direction's reader lost its place (a frame header not copied).
     pub lost: u64,
+    /// The highest stream a request began on: client streams only grow, so
+    /// an answer's frame above it is for a request not seen yet.
+    last_request_stream: u32,
+    /// Answer frames (with their times) that came before their request's
+    /// HEADERS: the calls' records come from different threads (Go reads
+    /// answers on a goroutine of its own), so a read may be reported before
+    /// the write it answers. Applied when the request comes; at most
+    /// [`MAX_EARLY_FRAMES`], the oldest over it counted lost.
+    early: Vec<(u64, u64, Frame)>,
 }
+
+/// Answer frames held for requests not seen yet, per connection.
+const MAX_EARLY_FRAMES: usize = 16;
 
 /// What one HTTP/2 connection's frames showed, on its connection record.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -320,6 +332,8 @@ impl H2 {
             resets: 0,
             undecodable: 0,
             lost: 0,
+            last_request_stream: 0,
+            early: Vec::new(),
         }
     }
 
@@ -367,6 +381,30 @@ impl H2 {
             self.apply(request_dir, t, ev.ret_ns, f, &mut done);
         }
         done
+    }
+
+    /// Holds an answer's frame until its request comes (see `early`).
+    fn hold_early(&mut self, t: u64, end_t: u64, f: Frame) {
+        if self.early.len() >= MAX_EARLY_FRAMES {
+            self.early.remove(0);
+            self.lost += 1;
+        }
+        self.early.push((t, end_t, f));
+    }
+
+    /// The held answer frames of `stream`, whose request just began, in the
+    /// order they came.
+    fn apply_early(&mut self, stream: u32, done: &mut Vec<Exchange>) {
+        if !self.early.iter().any(|(_, _, f)| f.stream == stream) {
+            return;
+        }
+        let (mine, rest) = std::mem::take(&mut self.early)
+            .into_iter()
+            .partition(|(_, _, f)| f.stream == stream);
+        self.early = rest;
+        for (t, end_t, f) in mine {
+            self.apply(false, t, end_t, f, done);
+        }
     }
 
     /// Items to whole frames, header blocks decoded.
@@ -575,13 +613,19 @@ impl H2 {
                 rpc,
                 ..Exchange::default()
             };
+            self.last_request_stream = self.last_request_stream.max(f.stream);
             if self.server_goaway.is_some_and(|last| f.stream > last) {
                 // Begun after the server's GOAWAY: it will never be answered.
                 x.error = Some("goaway");
                 done.push(x);
             } else {
                 self.streams.insert(f.stream, x);
+                self.apply_early(f.stream, done);
             }
+            return;
+        }
+        if !request_dir && f.stream % 2 == 1 && f.stream > self.last_request_stream {
+            self.hold_early(t, end_t, f);
             return;
         }
         let Some(x) = self.streams.get_mut(&f.stream) else {
@@ -877,6 +921,38 @@ mod tests {
         assert_eq!((b.error, b.reset_code), (Some("reset_stream"), Some(8)));
         assert!(!b.complete);
         assert_eq!(c.h2.as_ref().map(|h| h.resets), Some(1));
+    }
+
+    /// A client whose answer is reported before its request (the read on
+    /// one thread returned, and was reported, before the write on another):
+    /// the answer is held until the request comes, one exchange whole.
+    #[test]
+    fn an_answer_reported_before_its_request() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let mut out = PREFACE.to_vec();
+        out.extend(frame(SETTINGS, 0, 0, &[]));
+        out.extend(req.headers(1, END_STREAM, &fields(&get("/a"))));
+        assert!(c.feed(&call(op::WRITE, 1_000, &out), true).is_empty());
+        let back = resp.headers(1, END_STREAM, &[(":status", "200")]);
+        assert_eq!(c.feed(&call(op::READ, 250_000, &back), true).len(), 1);
+        // Stream 3: its answer's read is reported first.
+        let mut back = resp.headers(3, 0, &[(":status", "201")]);
+        back.extend(frame(DATA, END_STREAM, 3, b"late"));
+        assert!(c.feed(&call(op::READ, 400_000, &back), true).is_empty());
+        let asked = req.headers(3, END_STREAM, &fields(&get("/b")));
+        let done = c.feed(&call(op::WRITE, 300_000, &asked), true);
+        assert_eq!(done.len(), 1, "{done:?}");
+        let b = &done[0];
+        assert_eq!(b.stream_id, Some(3));
+        assert_eq!(
+            b.request.as_ref().and_then(|h| h.path.as_deref()),
+            Some("/b")
+        );
+        assert_eq!(b.response.as_ref().and_then(|r| r.status), Some(201));
+        assert!(b.complete);
+        assert_eq!((b.start_ns, b.first_byte_ns), (300_000, 400_010));
+        assert_eq!(c.h2.as_ref().map(|h| h.lost), Some(0));
     }
 
     /// A server (inbound) streaming a chat completion as server-sent events
