@@ -319,12 +319,15 @@ pub enum Counter {
     /// process's reader offset not learned yet, no tie on the thread just
     /// before): their bytes are lost.
     RustlsReadUnjoined = 17,
+    /// OpenSSL sessions tied to their socket through the descriptor the
+    /// program gave the library (`SSL_set_fd`), before any of its I/O.
+    TlsFdTied = 18,
 }
 
-pub const COUNTER_SLOTS: u32 = 18;
+pub const COUNTER_SLOTS: u32 = 19;
 
 impl Counter {
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 19] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -343,6 +346,7 @@ impl Counter {
         Counter::ExecHoldFailed,
         Counter::RustlsTied,
         Counter::RustlsReadUnjoined,
+        Counter::TlsFdTied,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -365,6 +369,7 @@ impl Counter {
             Counter::ExecHoldFailed => "exec_hold_failed",
             Counter::RustlsTied => "tls_rustls_tied",
             Counter::RustlsReadUnjoined => "tls_rustls_reads_unjoined",
+            Counter::TlsFdTied => "tls_tied_by_fd",
         }
     }
 

@@ -227,11 +227,43 @@ pub struct TlsProc {
     /// `CommonState` (bytes; 0: not learned yet). Learned from a read that
     /// follows the same connection's record processing on one thread.
     pub rustls_reader_off: u32,
-    pub _pad: u32,
+    /// rustls: where the socket's descriptor lies in the I/O object the
+    /// library reads and writes through ([`rustls_fd`]; 0: not learned).
+    pub rustls_fd_path: u32,
     /// rustls: the `CommonState` the process processed records of or wrote
     /// to last (a reader on another thread than its connection's last
     /// records may still lie in it).
     pub rustls_last_common: u64,
+}
+
+/// Where rustls's I/O object keeps its socket's descriptor, as a
+/// [`TlsProc::rustls_fd_path`]: the object itself (`&mut TcpStream` for
+/// blocking callers), or behind a pointer in it (tokio-rustls's adapters
+/// hold `&mut` the stream, whose descriptor lies inside its `PollEvented`).
+pub mod rustls_fd {
+    /// Set on a learned path.
+    pub const KNOWN: u32 = 1 << 31;
+    /// The descriptor lies behind the pointer at byte `(path >> 8) & 0xff`.
+    pub const BEHIND_POINTER: u32 = 1 << 16;
+    /// Offsets searched in the object itself (4 bytes apart).
+    pub const DIRECT_SLOTS: u32 = 8;
+    /// Pointers searched (8 bytes apart), and offsets behind each.
+    pub const POINTERS: u32 = 2;
+    pub const BEHIND_SLOTS: u32 = 16;
+
+    /// The descriptor's offset in the object it lies in.
+    pub const fn fd_offset(path: u32) -> u32 {
+        path & 0xff
+    }
+
+    /// The pointer's offset, when behind one.
+    pub const fn pointer_offset(path: u32) -> Option<u32> {
+        if path & BEHIND_POINTER != 0 {
+            Some((path >> 8) & 0xff)
+        } else {
+            None
+        }
+    }
 }
 
 /// LRU hash: pid_tgid of a thread -> [`RustlsThread`].
@@ -253,11 +285,10 @@ pub struct RustlsThread {
     pub write_buf: u64,
     pub write_len: u64,
     pub write_iovecs: u64,
-    /// Entry of the library's record read (its socket read is inside).
+    /// Entry of the library's record read (its socket read is inside), and
+    /// the descriptor its I/O object reads from (+1; 0: none found).
     pub reading_ns: u64,
-    /// The socket that read returned bytes from, and when.
-    pub recv_sk: u64,
-    pub recv_ns: u64,
+    pub read_fd: u64,
     /// The `CommonState` whose records the thread processed last.
     pub common: u64,
     /// The plaintext chunk a `Reader` handed out last (its caller consumes
@@ -369,4 +400,4 @@ const _: () = assert!(core::mem::size_of::<TlsProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsBusyEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<TlsProc>() == 40);
 const _: () = assert!(core::mem::size_of::<TlsNameEvent>() == 32 + SERVER_NAME_LEN);
-const _: () = assert!(core::mem::size_of::<RustlsThread>() == 96);
+const _: () = assert!(core::mem::size_of::<RustlsThread>() == 88);

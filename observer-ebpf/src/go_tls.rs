@@ -17,9 +17,7 @@
 
 use aya_ebpf::{
     bindings::pt_regs,
-    helpers::{
-        bpf_get_attach_cookie, bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user,
-    },
+    helpers::{bpf_get_attach_cookie, bpf_probe_read_user},
     macros::uprobe,
     programs::ProbeContext,
     EbpfContext,
@@ -28,7 +26,8 @@ use observer_common::tls::{go::GoOffsets, library, op, TlsCallKey, TlsSession, T
 
 use crate::{
     ctx::now_ns,
-    maps::{fd_walk, own_tgid, CONNS, GO_OFFSETS},
+    fds::socket_of,
+    maps::{own_tgid, CONNS, GO_OFFSETS},
     tls_state::{call_enter, handshake_exit, returning, rw_exit, set_server_name_bytes, tie},
 };
 
@@ -73,34 +72,6 @@ fn tgid() -> Option<u32> {
 fn user<T>(addr: u64) -> Option<T> {
     // SAFETY: the helper tolerates any user address.
     unsafe { bpf_probe_read_user(addr as *const T) }.ok()
-}
-
-#[inline(always)]
-fn kernel<T>(addr: u64) -> Option<T> {
-    // SAFETY: the helper tolerates any kernel address.
-    unsafe { bpf_probe_read_kernel(addr as *const T) }.ok()
-}
-
-/// The socket (`struct sock *`) behind file descriptor `fd` of the current
-/// task.
-#[inline(always)]
-fn socket_of(fd: u64) -> Option<u64> {
-    let w = fd_walk();
-    if w.socket_sk == 0 || w.file_private_data == 0 {
-        return None;
-    }
-    // SAFETY: a helper returning the current task's address.
-    let task = unsafe { bpf_get_current_task() };
-    let files: u64 = kernel(task + u64::from(w.task_files))?;
-    let fdt: u64 = kernel(files + u64::from(w.files_fdt))?;
-    let max: u32 = kernel(fdt + u64::from(w.fdt_max_fds))?;
-    if fd >= u64::from(max) {
-        return None;
-    }
-    let fds: u64 = kernel(fdt + u64::from(w.fdt_fd))?;
-    let file: u64 = kernel(fds + fd * 8)?;
-    let socket: u64 = kernel(file + u64::from(w.file_private_data))?;
-    kernel(socket + u64::from(w.socket_sk))
 }
 
 /// Ties the session of tls.Conn `c` to its socket, found through the

@@ -4,7 +4,7 @@ use aya_ebpf::{macros::uprobe, programs::ProbeContext};
 
 use crate::{
     tls_calls::cookie,
-    tls_state::{session_begin, set_server_name},
+    tls_state::{session_begin, set_server_name, tie_fd},
 };
 
 /// `SSL_ctrl` command of `SSL_set_tlsext_host_name` (a macro over SSL_ctrl).
@@ -18,6 +18,20 @@ const TLSEXT_NAMETYPE_HOST_NAME: i64 = 0;
 pub fn ssl_session_begin(ctx: ProbeContext) -> u32 {
     if let Some(ssl) = ctx.arg::<u64>(0).filter(|&s| s != 0) {
         session_begin(ssl, cookie(&ctx));
+    }
+    0
+}
+
+/// SSL_set_fd(ssl, fd): the session's socket, by the descriptor the program
+/// gives the library (Python's ssl, nginx): tied before any of its I/O, so
+/// no socket hook is needed to find it. Programs with their own BIO (curl)
+/// or memory BIOs (Node.js) are tied by their first socket I/O instead.
+#[uprobe]
+pub fn ssl_set_fd(ctx: ProbeContext) -> u32 {
+    if let (Some(ssl), Some(fd)) = (ctx.arg::<u64>(0), ctx.arg::<i32>(1)) {
+        if ssl != 0 && fd >= 0 {
+            tie_fd(ssl, fd as u64, cookie(&ctx));
+        }
     }
     0
 }

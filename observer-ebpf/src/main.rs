@@ -19,6 +19,8 @@ mod events;
 #[cfg(target_arch = "bpf")]
 mod exec_hold;
 #[cfg(target_arch = "bpf")]
+mod fds;
+#[cfg(target_arch = "bpf")]
 mod go_tls;
 #[cfg(target_arch = "bpf")]
 mod http_packets;

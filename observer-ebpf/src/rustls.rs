@@ -8,16 +8,22 @@
 //!   connection type holds. `CommonState::current_io_state` (rsi: the
 //!   state; rdi: where its result goes) runs after each batch of records
 //!   read, and `CommonState::buffer_plaintext` (rdi) inside each write.
-//! - Its socket: `DeframerVecBuffer::read` reads the socket inside (the
-//!   socket hooks note which socket, `note_recv`), and the records it read
-//!   are processed next on the same thread, ending in `current_io_state`:
-//!   that socket is the `CommonState`'s (`tls_state::tie_rustls`). The
-//!   handshake's first read does it, so every plaintext call finds its
-//!   connection tied; the handshake itself is read on the wire.
+//! - Its socket: `DeframerVecBuffer::read` (rsi: the `dyn io::Read` it
+//!   reads from) reads the records that are processed next on the same
+//!   thread, ending in `current_io_state`: the socket behind that reader's
+//!   descriptor is the `CommonState`'s (`tls_state::tie_rustls`). Where the
+//!   descriptor lies in the reader is learned per process at its first
+//!   handshake ([`rustls_fd`]): the candidate whose socket is a handshake
+//!   the wire follows. The handshake's first read ties, so every plaintext
+//!   call finds its connection tied; the handshake itself is read on the
+//!   wire. No socket hook takes part.
 //! - Writes: `Writer::write` (rsi, rdx: the buffer) and
 //!   `Writer::write_vectored` (rsi, rdx: the `iovec`s) call
 //!   `buffer_plaintext`, which names the connection; their return (rax: 0
-//!   for Ok, rdx: the count) ends the call.
+//!   for Ok, rdx: the count) ends the call. A connection object that moved
+//!   after its handshake is tied when its first write's records go out
+//!   (`ChunkVecBuffer::write_to`, rsi: the `dyn io::Write`, whose
+//!   descriptor lies where the reader's does).
 //! - Reads: `Reader` points at the connection's received-plaintext buffer,
 //!   inside its `CommonState` at an offset the process learns from a read
 //!   that follows the same connection's record processing on one thread.
@@ -37,8 +43,8 @@ use aya_ebpf::{
 };
 use observer_common::{
     tls::{
-        library, op, RustlsThread, TlsCall, TlsSession, TlsSessionKey, BIND_WINDOW_NS,
-        RUSTLS_READER_SPAN,
+        library, op, rustls_fd, RustlsThread, TlsCall, TlsSession, TlsSessionKey, BIND_WINDOW_NS,
+        RUSTLS_READER_SPAN, TLS_HS_DONE,
     },
     Counter, TlsConn,
 };
@@ -46,15 +52,23 @@ use observer_common::{
 use crate::{
     ctx::now_ns,
     events::emit_tls_plaintext,
-    maps::{count, RUSTLS_THREADS, TLS_PROCS, TLS_SESSIONS},
-    tls_state::{account, call_enter, current, returning, thread_call, tie_rustls, timings},
+    fds::socket_of,
+    maps::{count, CONNS, RUSTLS_THREADS, TLS_CONNS, TLS_PROCS, TLS_SESSIONS},
+    tls_state::{
+        account, announce_process, bind, call_enter, current, returning, rustls_tied, thread_call,
+        tie_rustls, timings,
+    },
 };
 
-/// Socket bytes read this long before the records' processing are theirs.
-const RECV_WINDOW_NS: u64 = 5_000_000;
+/// A record read's descriptor is the records' processed this soon after
+/// (a blocking read may wait long for the server's flight; the reader is
+/// forgotten at each processing, so a stale one never lasts).
+const READ_WINDOW_NS: u64 = 10_000_000_000;
 /// The `iovec`s of a vectored write whose bytes are sent up, at most.
 const MAX_IOVECS: usize = 8;
-/// The same for a write sent up from the socket hook (`write_tied`).
+/// The same for a write sent up when its connection is tied later
+/// (`write_tied`): with the descriptor's search in the same program, the
+/// verifier's budget allows fewer (8 ran past its million instructions).
 const TIED_IOVECS: usize = 3;
 
 #[inline(always)]
@@ -84,29 +98,94 @@ fn thread() -> Option<&'static mut RustlsThread> {
         .map(|t| unsafe { &mut *t })
 }
 
-/// From the socket hooks: thread `pid_tgid` read bytes from `sk`. Inside
-/// rustls's record read they are the records of the connection processed
-/// next.
+/// The descriptor at `path` in I/O object `io` (+1), 0 if none there.
 #[inline(always)]
-pub fn note_recv(sk: u64, pid_tgid: u64, now: u64) {
-    let Some(t) = RUSTLS_THREADS.get_ptr_mut(&pid_tgid) else {
-        return;
-    };
-    // SAFETY: a live map value.
-    let t = unsafe { &mut *t };
-    if t.reading_ns != 0 && t.recv_sk == 0 {
-        t.recv_sk = sk;
-        t.recv_ns = now;
+fn fd_at(io: u64, path: u32) -> Option<u64> {
+    let mut base = io;
+    if let Some(p) = rustls_fd::pointer_offset(path) {
+        base = user::<u64>(io + u64::from(p))?;
     }
+    let fd = user::<i32>(base + u64::from(rustls_fd::fd_offset(path)))?;
+    (0..1 << 24).contains(&fd).then_some(fd as u64)
 }
 
-/// `DeframerVecBuffer::read`: the socket read inside is this thread's
-/// next records'.
+#[inline(always)]
+fn user<T>(addr: u64) -> Option<T> {
+    // SAFETY: the helper tolerates any user address.
+    unsafe { bpf_probe_read_user(addr as *const T) }.ok()
+}
+
+/// Whether the descriptor at `path` in `io` is a socket in a handshake the
+/// wire follows (what a learned path must show).
+#[inline(always)]
+fn handshaking(io: u64, path: u32) -> bool {
+    let Some(sk) = fd_at(io, path).and_then(socket_of) else {
+        return false;
+    };
+    // SAFETY: a copy out of a live map value.
+    TLS_CONNS.get_ptr(&sk).is_some_and(|t| unsafe {
+        ((*t).library == library::WIRE || (*t).library == library::RUSTLS)
+            && (*t).flags & TLS_HS_DONE == 0
+    })
+}
+
+/// Where the socket's descriptor lies in `io`, searched: the object's own
+/// first bytes, then behind its first pointers.
+#[inline(always)]
+fn learn_fd_path(io: u64) -> Option<u32> {
+    for i in 0..rustls_fd::DIRECT_SLOTS {
+        let path = rustls_fd::KNOWN | (i * 4);
+        if handshaking(io, path) {
+            return Some(path);
+        }
+    }
+    for p in 0..rustls_fd::POINTERS {
+        for i in 0..rustls_fd::BEHIND_SLOTS {
+            let path = rustls_fd::KNOWN | rustls_fd::BEHIND_POINTER | (p * 8) << 8 | (i * 4);
+            if handshaking(io, path) {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
+/// The descriptor of rustls's I/O object `io` in process `tgid` plus one
+/// (0: none found), by the process's learned path, else learned now (a
+/// handshake's read). A plain number, not an `Option`: the verifier
+/// refused the code LLVM made of one carried across helper calls.
+#[inline(always)]
+fn fd_of_io(io: u64, tgid: u32) -> u64 {
+    let Some(proc) = TLS_PROCS.get_ptr_mut(&tgid) else {
+        return 0;
+    };
+    // SAFETY: a live map value.
+    let proc = unsafe { &mut *proc };
+    let known = proc.rustls_fd_path;
+    if known & rustls_fd::KNOWN != 0 {
+        if let Some(fd) = fd_at(io, known) {
+            return fd + 1;
+        }
+    }
+    let Some(path) = learn_fd_path(io) else {
+        return 0;
+    };
+    proc.rustls_fd_path = path;
+    fd_at(io, path).map_or(0, |fd| fd + 1)
+}
+
+/// `DeframerVecBuffer::read`: the records read from `rd` (rsi) are this
+/// thread's next processed.
 #[uprobe]
-pub fn rustls_record_read(_ctx: ProbeContext) -> u32 {
+pub fn rustls_record_read(ctx: ProbeContext) -> u32 {
+    let io = regs(&ctx).rsi;
+    // A server's first read comes before any other call of the process.
+    let _ = announce_process(library::RUSTLS);
+    let Some((tgid, _)) = current() else { return 0 };
+    let fd = fd_of_io(io, tgid);
     if let Some(t) = thread() {
         t.reading_ns = now_ns();
-        t.recv_sk = 0;
+        t.read_fd = fd;
     }
     0
 }
@@ -118,18 +197,56 @@ pub fn rustls_records_done(ctx: ProbeContext) -> u32 {
     let common = regs(&ctx).rsi;
     let Some(t) = thread() else { return 0 };
     let now = now_ns();
-    if t.recv_sk != 0
-        && t.recv_ns >= t.reading_ns
-        && now - t.recv_ns < RECV_WINDOW_NS
-        && tie_rustls(common, t.recv_sk).is_some()
-    {
-        t.tied_sk = t.recv_sk;
+    let fd = core::mem::take(&mut t.read_fd);
+    let reading_ns = core::mem::take(&mut t.reading_ns);
+    let sk = match rustls_tied(common) {
+        Some(sk) => Some(sk),
+        None if fd != 0 && now - reading_ns < READ_WINDOW_NS => socket_of(fd - 1)
+            .filter(|sk| CONNS.get_ptr(sk).is_some() && tie_rustls(common, *sk).is_some()),
+        None => None,
+    };
+    if let Some(sk) = sk {
+        t.tied_sk = sk;
         t.tied_ns = now;
     }
-    t.recv_sk = 0;
-    t.reading_ns = 0;
     t.common = common;
     note_common(common);
+    0
+}
+
+/// `ChunkVecBuffer::write_to`: the records of the thread's last write go
+/// out through `wr` (rsi). A write that returned before its connection was
+/// tied (an object moved after its handshake) is tied to that socket, and
+/// its bytes go up (`write_tied`).
+#[uprobe]
+pub fn rustls_write_to(ctx: ProbeContext) -> u32 {
+    let io = regs(&ctx).rsi;
+    let Some((tgid, pid_tgid)) = current() else {
+        return 0;
+    };
+    // SAFETY: a live map value.
+    if !RUSTLS_THREADS
+        .get_ptr(&pid_tgid)
+        .is_some_and(|t| unsafe { (*t).pending_n } != 0)
+    {
+        return 0;
+    }
+    let fd = fd_of_io(io, tgid);
+    let Some(sk) = fd.checked_sub(1).and_then(socket_of) else {
+        return 0;
+    };
+    let Some(conn) = CONNS.get_ptr_mut(&sk) else {
+        return 0;
+    };
+    // SAFETY: live map values, valid for this program run.
+    unsafe {
+        if let Some((session, call)) = bind(sk, &mut *conn, pid_tgid, now_ns(), true) {
+            if (*call).ret_ns != 0 {
+                // Its caller's buffer is still theirs: the bytes go up now.
+                write_tied(sk, &*call, pid_tgid, session);
+            }
+        }
+    }
     0
 }
 
@@ -194,8 +311,8 @@ pub fn rustls_rw_ret(ctx: RetProbeContext) -> u32 {
         return 0;
     };
     if ret.sk == 0 && ret.call.op == op::WRITE && n > 0 {
-        // Its connection is tied by the socket send that follows (`bind`),
-        // which sends these bytes up (`write_tied`).
+        // Its connection is tied when its records go out
+        // (`rustls_write_to`), which sends these bytes up (`write_tied`).
         if let Some(t) = thread() {
             t.pending_n = n as u64;
         }
@@ -223,10 +340,10 @@ fn emit_call(sk: u64, call: &TlsCall, n: u64, now: u64, tls: &mut TlsConn) {
     }
 }
 
-/// From `tls_state::bind`: the socket send of thread `pid_tgid` tied the
-/// session of its rustls write `call`, which had returned: its bytes now.
+/// The records going out of thread `pid_tgid` tied the session of its
+/// rustls write `call`, which had returned: its bytes now.
 #[inline(always)]
-pub fn write_tied(sk: u64, call: &TlsCall, pid_tgid: u64, session: *mut TlsSession) {
+fn write_tied(sk: u64, call: &TlsCall, pid_tgid: u64, session: *mut TlsSession) {
     let Some(t) = RUSTLS_THREADS.get_ptr_mut(&pid_tgid) else {
         return;
     };
@@ -243,9 +360,8 @@ pub fn write_tied(sk: u64, call: &TlsCall, pid_tgid: u64, session: *mut TlsSessi
     if !account(tls, call, n as i64, n as i32, call.ret_ns) {
         return;
     }
-    // In the socket hook the verifier's budget allows fewer events: a
-    // vectored write's first [`TIED_IOVECS`] buffers (a request's head and
-    // body); bytes past them are counted, not sent up.
+    // A vectored write's first [`TIED_IOVECS`] buffers (a request's head
+    // and body); bytes past them are counted, not sent up.
     if call.count_ptr != 0 {
         emit_iovecs::<TIED_IOVECS>(
             sk,
@@ -298,8 +414,7 @@ fn emit_iovecs<const MAX: usize>(
 /// by [`moved_here`]).
 #[inline(always)]
 fn reader_common(reader_ptr: u64) -> Option<u64> {
-    // SAFETY: the helper tolerates any user address.
-    let buffer = unsafe { bpf_probe_read_user(reader_ptr as *const u64) }.ok()?;
+    let buffer = user::<u64>(reader_ptr)?;
     let (tgid, pid_tgid) = current()?;
     let thread_last = RUSTLS_THREADS
         .get_ptr(&pid_tgid)

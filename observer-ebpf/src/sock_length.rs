@@ -14,14 +14,14 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use observer_common::{
-    Conn, FLAG_OWNED, FLAG_RUSTLS, FLAG_TLS, FLAG_TLS_RECORDS, FLAG_TLS_TIMED, TLS_BIND_CALLS,
+    Conn, FLAG_OWNED, FLAG_TLS, FLAG_TLS_RECORDS, FLAG_TLS_TIMED, TLS_BIND_CALLS,
 };
 
 use crate::{
     ctx::now_ns,
     events::{emit_owner, sk_srtt_us},
     maps::{own_tgid, CONNS, OWN_SOCKS},
-    rustls, tls_state,
+    tls_state,
 };
 
 /// recvmsg flag: data was only looked at, it is still queued.
@@ -55,16 +55,10 @@ fn try_io(ctx: &RawTracePointContext, tx: bool) -> Option<()> {
     if conn.flags & FLAG_OWNED == 0 && !claim(sk, conn, now_ns()) {
         return None;
     }
-    // A rustls connection's later objects (a server's acceptor hands it on)
-    // are tied by their reads too.
-    if conn.flags & FLAG_TLS == 0 || conn.flags & FLAG_RUSTLS != 0 {
+    if conn.flags & FLAG_TLS == 0 {
         // Is a TLS call of this thread doing (or did it just ask for) this I/O?
         if conn.tx_calls + conn.rx_calls < TLS_BIND_CALLS {
-            let (pid_tgid, now) = (bpf_get_current_pid_tgid(), now_ns());
-            tls_state::bind(sk, conn, pid_tgid, now);
-            if !tx {
-                rustls::note_recv(sk, pid_tgid, now);
-            }
+            tls_state::bind(sk, conn, bpf_get_current_pid_tgid(), now_ns(), false);
         }
     } else if conn.flags & FLAG_TLS_TIMED == 0 && tls_state::socket_io(sk, tx) {
         conn.flags |= FLAG_TLS_TIMED;

@@ -134,13 +134,42 @@ pub fn session_begin(ssl: u64, library: u8) -> Option<()> {
     let (tgid, _) = current()?;
     announce(tgid, library, now_ns());
     let k = key(tgid, ssl);
-    if let Some(s) = TLS_SESSIONS.get_ptr(&k) {
-        // SAFETY: a live map value.
-        if unsafe { (*s).sk == 0 && (*s).tls.hs_start_ns == 0 } {
+    if let Some(s) = TLS_SESSIONS.get_ptr_mut(&k) {
+        if fresh(s) {
             return Some(());
         }
     }
     create(&k, library, 0)?;
+    Some(())
+}
+
+/// A session set up but not handshaking yet (its server name or socket may
+/// be set first), not one under a freed session's pointer.
+#[inline(always)]
+fn fresh(session: *mut TlsSession) -> bool {
+    // SAFETY: a live map value, and the entry its timings are in.
+    timings(session).is_some_and(|t| unsafe { (*t).hs_start_ns == 0 })
+}
+
+/// The program gave session `ssl` its socket's descriptor `fd`
+/// (`SSL_set_fd`): tied to that socket now, when it is a connection we
+/// follow.
+#[inline(always)]
+pub fn tie_fd(ssl: u64, fd: u64, library: u8) -> Option<()> {
+    let (tgid, _) = current()?;
+    let now = now_ns();
+    announce(tgid, library, now);
+    let sk = crate::fds::socket_of(fd)?;
+    let conn = CONNS.get_ptr_mut(&sk)?;
+    let k = key(tgid, ssl);
+    let session = match TLS_SESSIONS.get_ptr_mut(&k) {
+        // Its server name may have been set first.
+        Some(s) if unsafe { (*s).sk } == 0 && fresh(s) => s,
+        _ => create(&k, library, 0)?,
+    };
+    // SAFETY: a live map value.
+    tie(session, sk, unsafe { &mut *conn }, now)?;
+    count(Counter::TlsFdTied);
     Some(())
 }
 
@@ -438,13 +467,20 @@ fn name_stored(session: *mut TlsSession, len: u32) {
 
 /// Called for socket I/O on a tracked connection `sk` by thread `pid_tgid`:
 /// if the thread is inside (or just out of) a TLS call whose session has no
-/// socket yet, this is that session's socket.
+/// socket yet, this is that session's socket. A rustls call's only from
+/// rustls's own I/O (`from_rustls`: the socket is its descriptor's).
 #[inline(always)]
-pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
+pub fn bind(
+    sk: u64,
+    conn: &mut Conn,
+    pid_tgid: u64,
+    now: u64,
+    from_rustls: bool,
+) -> Option<(*mut TlsSession, *mut TlsCall)> {
     let call = TLS_CALLS.get_ptr_mut(&TlsCallKey { id: pid_tgid, g: 0 })?;
     // SAFETY: live map values, valid for this program run.
     unsafe {
-        if (*call).bound != 0 {
+        if (*call).bound != 0 || ((*call).library == library::RUSTLS) != from_rustls {
             return None;
         }
         if (*call).ret_ns != 0 && now.saturating_sub((*call).ret_ns) > BIND_WINDOW_NS {
@@ -453,12 +489,7 @@ pub fn bind(sk: u64, conn: &mut Conn, pid_tgid: u64, now: u64) -> Option<()> {
         let session = TLS_SESSIONS.get_ptr_mut(&key((pid_tgid >> 32) as u32, (*call).ssl))?;
         (*call).bound = 1;
         tie(session, sk, conn, now)?;
-        if (*call).library == library::RUSTLS && (*call).ret_ns != 0 {
-            // A rustls write that returned before its connection was tied:
-            // its bytes go up now, its caller's buffer still theirs.
-            crate::rustls::write_tied(sk, &*call, pid_tgid, session);
-        }
-        Some(())
+        Some((session, call))
     }
 }
 
@@ -517,6 +548,17 @@ pub fn tie_rustls(c: u64, sk: u64) -> Option<()> {
     };
     // SAFETY: a live map value.
     adopt(session, sk, unsafe { &mut *conn })
+}
+
+/// The socket rustls session `c` (its `CommonState`) of the current
+/// process is tied to, if it is (and the socket's entry is still its).
+#[inline(always)]
+pub fn rustls_tied(c: u64) -> Option<u64> {
+    let (tgid, _) = current()?;
+    let s = TLS_SESSIONS.get_ptr_mut(&key(tgid, c))?;
+    // SAFETY: a live map value.
+    let sk = unsafe { (*s).sk };
+    (sk != 0 && socket_entry(s).is_some()).then_some(sk)
 }
 
 /// Ties rustls `session` to `sk`. The socket's entry, made by the wire at

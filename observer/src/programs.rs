@@ -285,6 +285,13 @@ pub const PROGRAMS: &[Program] = &[
         "clients that handshake inside SSL_read/SSL_write",
     ),
     up(
+        "ssl_set_fd",
+        false,
+        TlsHandshakes,
+        &[(OpenSsl, "SSL_set_fd")],
+        "sessions tied to their socket by its descriptor (Python, nginx)",
+    ),
+    up(
         "ssl_ctrl",
         false,
         TlsHandshakes,
@@ -395,7 +402,7 @@ pub const PROGRAMS: &[Program] = &[
         false,
         TlsHandshakes,
         &[(Rustls, rl::RECORD_READ)],
-        "rustls: the socket a connection's records are read from",
+        "rustls: the socket (by its descriptor) a connection's records are read from",
     ),
     up(
         "rustls_records_done",
@@ -435,6 +442,13 @@ pub const PROGRAMS: &[Program] = &[
             (Rustls, rl::READ),
         ],
         "rustls plaintext call results",
+    ),
+    up(
+        "rustls_write_to",
+        false,
+        TlsPlaintext,
+        &[(Rustls, rl::WRITE_TO)],
+        "rustls: a moved connection object's first write tied by its descriptor",
     ),
     up(
         "rustls_chunk_ret",

@@ -90,6 +90,9 @@ pub struct Summary {
     /// whose connection was not found (their bytes lost).
     pub tls_rustls_tied: u64,
     pub tls_rustls_reads_unjoined: u64,
+    /// OpenSSL sessions tied to their socket by the descriptor given to the
+    /// library (`SSL_set_fd`); the others by their first socket I/O.
+    pub tls_tied_by_fd: u64,
     /// TLS sessions or connections the kernel could not store (maps full).
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).

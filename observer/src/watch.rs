@@ -321,6 +321,7 @@ pub async fn run_with(
         tls_wire: k(Counter::TlsWire),
         tls_rustls_tied: k(Counter::RustlsTied),
         tls_rustls_reads_unjoined: k(Counter::RustlsReadUnjoined),
+        tls_tied_by_fd: k(Counter::TlsFdTied),
         tls_insert_failed: k(Counter::TlsInsertFailed),
         tls_commands_dropped: Stats::get(&stats.tls_commands_full),
         tls_first_byte_unmeasured: end.tls_unmeasured,
@@ -391,8 +392,9 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
     let d = &s.dropped;
     let tls = s.tls.as_ref().map_or(String::new(), |t| {
         format!(
-            "; TLS: {} sessions tied to connections, per-call probes on {} processes ({} fell back to socket timing, {} over the cap), {} attach errors, {} lost (maps full)",
+            "; TLS: {} sessions tied to connections ({} by the descriptor given to the library), per-call probes on {} processes ({} fell back to socket timing, {} over the cap), {} attach errors, {} lost (maps full)",
             s.tls_bound,
+            s.tls_tied_by_fd,
             t.plaintext_attached_total,
             t.plaintext_fell_back,
             t.plaintext_over_cap,

@@ -188,6 +188,14 @@ print(s.getsockname()[1], ttfb)
         assert_eq!(s["status"], 200, "{s:#}");
         ours.push(ms_of(&c["ttfb_ns"]));
     }
+    // Each Python session (both ends: the server is Python's too) tied by
+    // the descriptor it gave OpenSSL (SSL_set_fd), not by a socket hook;
+    // the counter is the host's, so other TLS may add to it.
+    let summary = out.summary();
+    assert!(
+        summary["tls_tied_by_fd"].as_u64() >= Some(2 * own.len() as u64),
+        "{summary:#}"
+    );
     let theirs: Vec<f64> = own.iter().map(|o| o.2).collect();
     agree_with_clock(
         "python's first request, first byte",

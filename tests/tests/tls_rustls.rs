@@ -25,6 +25,8 @@ use tests::*;
 /// read) and before each answer's header.
 const HS_MS: u32 = 100;
 const ANSWER_MS: u32 = 200;
+/// The name the clients ask for (the test certificate's), sent to 127.0.0.1.
+const NAME: &str = "tls.test";
 /// Ours against the client's own clock, on the least disturbed sample.
 const TOL_MS: f64 = 2.0;
 /// Fresh client processes per test, and requests each.
@@ -96,7 +98,8 @@ fn server(bin: &Path, cert: &Cert, port: u16) -> HelperServer {
 fn client(bin: &Path, cert: &Cert, port: u16, args: &[&str]) -> Vec<Value> {
     let lines = run_json_lines(
         Command::new(bin)
-            .args(["--url", &format!("https://127.0.0.1:{port}")])
+            .args(["--url", &format!("https://{NAME}:{port}")])
+            .args(["--resolve", &format!("{NAME}=127.0.0.1")])
             .arg("--ca")
             .arg(cert.cert())
             .args(args),
@@ -116,6 +119,9 @@ fn is_rustls(who: &str, r: &Value) {
     assert_eq!(tls["source"], "library", "{who}: {r:#}");
     assert_eq!(tls["handshake_error"], Value::Null, "{who}: {r:#}");
     assert_eq!(tls["ttfb_source"], "plaintext", "{who}: {r:#}");
+    // From the hellos on the wire (rustls 0.23 asks for TLS 1.3 first).
+    assert_eq!(tls["server_name"], NAME, "{who}: {r:#}");
+    assert_eq!(tls["version"], "1.3", "{who}: {r:#}");
     let hs = ms_of(&tls["handshake_ns"]);
     assert!(
         hs >= f64::from(HS_MS),
@@ -170,6 +176,17 @@ fn carrying<'a>(out: &'a Watched, direction: &str, pid: &Value) -> Vec<&'a Value
 /// connection set-up), the server's at least the injected wait and inside
 /// the client's; the connections' `tls` objects from the probes.
 fn check_requests(out: &Watched, own: &[Vec<Value>], server_pid: u32, protocol: &str) {
+    check_requests_of(out, own, server_pid, protocol, CLIENT);
+}
+
+/// [`check_requests`] for clients named `comm`.
+fn check_requests_of(
+    out: &Watched,
+    own: &[Vec<Value>],
+    server_pid: u32,
+    protocol: &str,
+    comm: &str,
+) {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for lines in own {
         let pid = &lines[0]["pid"];
@@ -200,7 +217,7 @@ fn check_requests(out: &Watched, own: &[Vec<Value>], server_pid: u32, protocol: 
             }
             assert_eq!(c["local_port"], s["remote_port"], "{c:#}\n{s:#}");
             assert_eq!(c["path"], s["path"], "{c:#}\n{s:#}");
-            assert_eq!(c["comm"], CLIENT, "{c:#}");
+            assert_eq!(c["comm"], comm, "{c:#}");
             assert_eq!(s["comm"], SERVER, "{s:#}");
             let mine = ms_of(&c["ttfb_ns"]);
             let timer = ms_of(&l["header_ns"]);
@@ -312,6 +329,59 @@ fn fresh_clients(test: &str, args: &[&str], protocol: &str) {
                 && r["probes"].as_u64() > Some(0)
                 && r["mangling"] == "legacy"),
             "{name} not probed: {listed:#}"
+        );
+    }
+}
+
+/// Blocking clients on rustls 0.22 and 0.21 (`StreamOwned` over a
+/// `TcpStream`: the socket read by `MessageDeframer::read`, plaintext by
+/// `Reader::read`, a write's connection named by `send_some_plaintext`),
+/// three kept-alive HTTP/1.1 GETs each from a fresh process: every request
+/// on both ends, the first included, times inside the client's own and the
+/// least disturbed within TOL_MS of it, the handshake, name and version;
+/// `doctor`'s list has them probed.
+#[test]
+fn older_rustls_blocking_clients() {
+    let Some(_serial) = begin("tls_rustls_older", &["openssl"]) else {
+        return;
+    };
+    let scratch = Scratch::new("tls_rustls_older");
+    let cert = Cert::new();
+    let port = free_port();
+    let w = Watch::start(&["--port", &port.to_string()]);
+    let srv = server(&fresh_copy(&scratch.0, &pair_bin(SERVER)), &cert, port);
+    let n = REQUESTS.to_string();
+    let clients = [
+        ("rustls022_client", "rustls022_clien"),
+        ("rustls021_client", "rustls021_clien"),
+    ];
+    let mut own = Vec::new();
+    for (bin, _) in clients {
+        let lines = run_json_lines(
+            Command::new(fresh_copy(&scratch.0, &pair_bin(bin)))
+                .args(["--addr", &format!("127.0.0.1:{port}")])
+                .args(["--name", NAME, "--requests", &n])
+                .arg("--ca")
+                .arg(cert.cert()),
+        );
+        assert_eq!(lines.len(), REQUESTS, "{lines:#?}");
+        for l in &lines {
+            assert_eq!(l["status"], 200, "{lines:#?}");
+        }
+        own.push(lines);
+    }
+    let out = w.stop();
+    let listed = out.summary()["tls"]["rustls_executables"].clone();
+    for ((bin, comm), lines) in clients.into_iter().zip(own) {
+        check_requests_of(&out, &[lines], srv.pid(), "http/1.1", comm);
+        assert!(
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["path"].as_str().is_some_and(|p| p.ends_with(bin))
+                    && r["probes"].as_u64() > Some(0)),
+            "{bin} not probed: {listed:#}"
         );
     }
 }
@@ -460,6 +530,8 @@ fn stripped_and_v0_mangled_clients() {
         let tls = &c["tls"];
         assert_eq!(tls["source"], "wire", "{c:#}");
         assert_eq!(tls["library"], Value::Null, "{c:#}");
+        assert_eq!(tls["server_name"], NAME, "{c:#}");
+        assert_eq!(tls["version"], "1.3", "{c:#}");
         assert!(ms_of(&tls["handshake_ns"]) >= f64::from(HS_MS), "{c:#}");
         served += out
             .requests

@@ -20,6 +20,7 @@ pub const OPENSSL_SYMBOLS: &[&str] = &[
     "SSL_ctrl",
     "SSL_set_connect_state",
     "SSL_set_accept_state",
+    "SSL_set_fd",
     "SSL_set_tlsext_host_name",
     "SSL_CTX_new",
 ];

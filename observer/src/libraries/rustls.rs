@@ -20,11 +20,17 @@ pub const WRITE_COMMON: &str = "rustls::common_state::CommonState::buffer_plaint
 pub const CHUNK: &str = "rustls::conn::connection::Reader::into_first_chunk";
 pub const CONSUME: &str = "<rustls::conn::connection::Reader as std::io::BufRead>::consume";
 pub const READ: &str = "<rustls::conn::connection::Reader as std::io::Read>::read";
+pub const WRITE_TO: &str = "rustls::vecbuf::ChunkVecBuffer::write_to";
 
 /// Each function's names: 0.23's first, then 0.22's and 0.21's (`Reader`
-/// and `Writer` were in `rustls::conn`).
+/// and `Writer` were in `rustls::conn`; the socket was read by
+/// `MessageDeframer::read`, rsi the reader as in 0.23; a write's connection
+/// named by `CommonState::send_some_plaintext`, rdi the state as in 0.23).
 const NAMES: &[(&str, &[&str])] = &[
-    (RECORD_READ, &[RECORD_READ]),
+    (
+        RECORD_READ,
+        &[RECORD_READ, "rustls::msgs::deframer::MessageDeframer::read"],
+    ),
     (RECORDS_DONE, &[RECORDS_DONE]),
     (
         WRITE,
@@ -37,7 +43,13 @@ const NAMES: &[(&str, &[&str])] = &[
             "<rustls::conn::Writer as std::io::Write>::write_vectored",
         ],
     ),
-    (WRITE_COMMON, &[WRITE_COMMON]),
+    (
+        WRITE_COMMON,
+        &[
+            WRITE_COMMON,
+            "rustls::common_state::CommonState::send_some_plaintext",
+        ],
+    ),
     (CHUNK, &[CHUNK, "rustls::conn::Reader::into_first_chunk"]),
     (
         CONSUME,
@@ -50,6 +62,7 @@ const NAMES: &[(&str, &[&str])] = &[
         READ,
         &[READ, "<rustls::conn::Reader as std::io::Read>::read"],
     ),
+    (WRITE_TO, &[WRITE_TO]),
 ];
 
 /// Without these a connection is never tied, and nothing is written.
