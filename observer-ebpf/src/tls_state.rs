@@ -163,7 +163,12 @@ pub fn tie_fd(ssl: u64, fd: u64, library: u8) -> Option<()> {
     let conn = CONNS.get_ptr_mut(&sk)?;
     let k = key(tgid, ssl);
     let session = match TLS_SESSIONS.get_ptr_mut(&k) {
+        // Again on the same socket: wrk sets it before each try of a
+        // non-blocking handshake.
+        // SAFETY: a live map value.
+        Some(s) if unsafe { (*s).sk } == sk && socket_entry(s).is_some() => return Some(()),
         // Its server name may have been set first.
+        // SAFETY: a live map value.
         Some(s) if unsafe { (*s).sk } == 0 && fresh(s) => s,
         _ => create(&k, library, 0)?,
     };
