@@ -35,6 +35,9 @@ pub const IDLE_POLL_MS: u64 = 100;
 pub const SK_ERR_OFFSET_GLOBAL: &str = "SK_ERR_OFFSET";
 /// Global: byte offset of `srtt_us` in `struct tcp_sock` (from BTF); 0 when unknown.
 pub const SRTT_US_OFFSET_GLOBAL: &str = "SRTT_US_OFFSET";
+/// Global: byte offset of `sk_lock.owned` in `struct sock` (from BTF); 0
+/// when unknown.
+pub const SK_LOCK_OWNED_OFFSET_GLOBAL: &str = "SK_LOCK_OWNED_OFFSET";
 /// Global: 1 when the packet programs read DNS messages (`--dns-wire on`).
 pub const DNS_WIRE_GLOBAL: &str = "DNS_WIRE";
 /// Global: 1 when `tcp:tcp_destroy_sock` is attached, so a closed connection's
@@ -130,14 +133,9 @@ pub const FLAG_MIDSTREAM: u8 = 32;
 /// was a TLS record: its owner gets the per-call TLS probes at once (it made
 /// its TLS context before the observer started).
 pub const FLAG_TLS_RECORDS: u8 = 64;
-/// Its TLS is rustls's: the socket hooks keep tying the connection's later
-/// rustls objects (a server's acceptor hands the connection to a new one).
+/// Its TLS is rustls's: the connection's later rustls objects (a server's
+/// acceptor hands the connection to a new one) share its TLS entry.
 pub const FLAG_RUSTLS: u8 = 128;
-/// Socket calls (each way together) within which a connection may still be
-/// tied to a TLS session: the handshake is a connection's first I/O, after a
-/// few plaintext exchanges at most (STARTTLS). Past it, sends and receives of
-/// connections without TLS cost no TLS lookup.
-pub const TLS_BIND_CALLS: u32 = 16;
 
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;
@@ -322,12 +320,17 @@ pub enum Counter {
     /// OpenSSL sessions tied to their socket through the descriptor the
     /// program gave the library (`SSL_set_fd`), before any of its I/O.
     TlsFdTied = 18,
+    /// OpenSSL and GnuTLS sessions that never gave the library a
+    /// descriptor (curl's own BIO, Node.js's memory BIOs, GnuTLS's
+    /// transport) tied to the socket whose packet the thread sent during
+    /// (or just after) one of the session's calls.
+    TlsPacketTied = 19,
 }
 
-pub const COUNTER_SLOTS: u32 = 19;
+pub const COUNTER_SLOTS: u32 = 20;
 
 impl Counter {
-    pub const ALL: [Counter; 19] = [
+    pub const ALL: [Counter; 20] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -347,6 +350,7 @@ impl Counter {
         Counter::RustlsTied,
         Counter::RustlsReadUnjoined,
         Counter::TlsFdTied,
+        Counter::TlsPacketTied,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -370,6 +374,7 @@ impl Counter {
             Counter::RustlsTied => "tls_rustls_tied",
             Counter::RustlsReadUnjoined => "tls_rustls_reads_unjoined",
             Counter::TlsFdTied => "tls_tied_by_fd",
+            Counter::TlsPacketTied => "tls_tied_by_packet",
         }
     }
 

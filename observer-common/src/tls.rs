@@ -24,9 +24,9 @@ pub const MAX_TLS_THREADS: u32 = 16_384;
 /// Processes remembered as TLS users.
 pub const MAX_TLS_PROCS: u32 = 8_192;
 
-/// Socket I/O by a thread this long after its last TLS call returned still
-/// belongs to that call's session (programs with memory BIOs, such as Node.js,
-/// write the bytes a TLS call produced after the call returns).
+/// A packet sent by a thread this long after its last TLS call returned
+/// still belongs to that call's session (programs with memory BIOs, such as
+/// Node.js, write the bytes a TLS call produced after the call returns).
 pub const BIND_WINDOW_NS: u64 = 20_000_000;
 
 /// Bytes of a server name kept (longer names are cut).

@@ -13,7 +13,10 @@ use observer_common::{
     CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
 };
 
-use crate::maps::{count, sk_err_offset, srtt_us_offset, wakeup_bytes, CONNS, EVENTS, TLS_CONNS};
+use crate::maps::{
+    count, sk_err_offset, sk_lock_owned_offset, srtt_us_offset, wakeup_bytes, CONNS, EVENTS,
+    TLS_CONNS,
+};
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -190,6 +193,17 @@ pub fn sk_err(sk: u64) -> u32 {
     (sk_u32(sk, sk_err_offset()) as i32).unsigned_abs()
 }
 
+/// Whether a task holds socket `sk` (`sk->sk_lock.owned`): a packet sent
+/// then is sent in that task's context. The kernel sends from softirq
+/// (retransmits, data an ACK let out, TSQ) only while no task holds the
+/// socket, deferring to the holder's release otherwise, so a packet sent
+/// while it is held is never the interrupted task's by accident. False
+/// when the offset is unknown.
+#[inline(always)]
+pub fn sk_held_by_task(sk: u64) -> bool {
+    sk_u32(sk, sk_lock_owned_offset()) != 0
+}
+
 /// The smoothed RTT in microseconds (`tcp_sk(sk)->srtt_us >> 3`). Read from the
 /// socket when needed rather than from tcp:tcp_probe, which would run for every
 /// received segment.
@@ -216,7 +230,7 @@ pub fn emit_tls_busy(pid: u32, calls: u32, now: u64) {
 
 /// First four bytes of an HTTP/1.x request (a method) or response, or of an
 /// HTTP/2 client's preface ("PRI * HTTP/2.0"), as a little-endian u32.
-pub const HTTP_STARTS: [u32; 9] = [
+pub const HTTP_STARTS: [u32; 10] = [
     u32::from_le_bytes(*b"PRI "),
     u32::from_le_bytes(*b"GET "),
     u32::from_le_bytes(*b"POST"),
@@ -226,6 +240,8 @@ pub const HTTP_STARTS: [u32; 9] = [
     u32::from_le_bytes(*b"PATC"),
     u32::from_le_bytes(*b"OPTI"),
     u32::from_le_bytes(*b"HTTP"),
+    // A proxy's tunnel: its TLS follows (`http_packets` ties the session).
+    u32::from_le_bytes(*b"CONN"),
 ];
 
 /// Whether a payload starting with these four bytes is HTTP (1.x, or 2

@@ -40,7 +40,7 @@ use crate::{
     ctx::now_ns,
     events::{is_h2_frame, is_http, reserve, submit_flags},
     maps::{count, CONNS, OWN_SOCKS},
-    tls_wire,
+    tls_state, tls_wire,
 };
 
 /// Sequence numbers and copy rate of each plain HTTP/1.x connection.
@@ -86,8 +86,30 @@ unsafe fn copy(
     bpf_skb_load_bytes(ctx.as_ptr().cast(), off as u32, dst.cast(), size) == 0
 }
 
+/// An outgoing packet of a TLS connection no library session is tied to
+/// yet: its sender may be inside one of the session's calls.
+struct Untied {
+    sk: *mut bpf_sock,
+    conn: *mut Conn,
+}
+
 #[inline(always)]
-pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
+pub fn packet(ctx: &SkBuffContext, egress: bool) {
+    let Some(u) = read(ctx, egress) else {
+        return;
+    };
+    // SAFETY: a live map value, valid for this program run.
+    let conn = unsafe { &mut *u.conn };
+    if tls_state::tie_by_packet(conn, now_ns()).is_some() {
+        // The library's probes have its plaintext from now on.
+        skip(u.sk);
+    }
+}
+
+/// Reads a packet for the HTTP parsers and the TLS wire; Some when it may
+/// tie a TLS session to its socket.
+#[inline(always)]
+fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
     // SAFETY: the program's own context; the socket pointer is only compared
     // and used as the CONNS key (the socket's address, as the tracepoints
     // see it).
@@ -117,7 +139,7 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
                 if !tls_wire::step(ctx, key, payload, len, egress, now_ns()) {
                     skip(sk);
                 }
-                return None;
+                return (egress && c.flags & FLAG_TLS == 0).then_some(Untied { sk, conn: c });
             }
             if c.http != http::UNKNOWN && c.http != http::YES || c.flags & FLAG_TLS != 0 {
                 skip(sk);
@@ -167,7 +189,7 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
             // TLS: its plaintext is the library probes', its handshake is
             // followed here until one of them takes the connection over.
             conn.http = http::TLS_WIRE;
-            return None;
+            return egress.then_some(Untied { sk, conn });
         }
         if !is_http(start) && !h2 {
             // A connection first seen mid-way may first show the rest of an
@@ -177,7 +199,9 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
                 conn.http = http::NO;
                 skip(sk);
             }
-            return None;
+            // One begun before us, TLS: a library call's next packet.
+            let records = conn.flags & (FLAG_TLS_RECORDS | FLAG_TLS) == FLAG_TLS_RECORDS;
+            return (egress && records).then_some(Untied { sk, conn });
         }
         let mut st = HttpSock {
             window_start_ns: now,
@@ -193,6 +217,14 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         }
         conn.http = http::YES;
     } else {
+        // A TLS handshake after plaintext (through a proxy's CONNECT, or
+        // STARTTLS): its sender may be in the session's call.
+        if egress
+            && conn.flags & FLAG_TLS == 0
+            && ctx.load::<[u8; 2]>(payload).is_ok_and(|b| b == [22, 3])
+        {
+            return Some(Untied { sk, conn });
+        }
         let Some(st) = HTTP_SOCKS.get_ptr_mut(&key) else {
             // Evicted (the map is an LRU): nothing more is copied.
             conn.http = http::NO;
@@ -247,7 +279,7 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     } else {
         entry.discard(0);
     }
-    Some(())
+    None
 }
 
 #[inline(always)]

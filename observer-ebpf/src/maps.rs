@@ -48,6 +48,15 @@ pub fn srtt_us_offset() -> u32 {
     unsafe { core::ptr::read_volatile(&SRTT_US_OFFSET) }
 }
 
+/// Byte offset of `sk_lock.owned` in `struct sock`, from BTF; 0 when unknown.
+#[no_mangle]
+static SK_LOCK_OWNED_OFFSET: u32 = 0;
+
+#[inline(always)]
+pub fn sk_lock_owned_offset() -> u32 {
+    unsafe { core::ptr::read_volatile(&SK_LOCK_OWNED_OFFSET) }
+}
+
 /// 1: the packet programs read DNS messages (the DNS wire feature is on).
 #[no_mangle]
 static DNS_WIRE: u32 = 0;

@@ -13,9 +13,7 @@ use aya_ebpf::{
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use observer_common::{
-    Conn, FLAG_OWNED, FLAG_TLS, FLAG_TLS_RECORDS, FLAG_TLS_TIMED, TLS_BIND_CALLS,
-};
+use observer_common::{Conn, FLAG_OWNED, FLAG_TLS, FLAG_TLS_RECORDS, FLAG_TLS_TIMED};
 
 use crate::{
     ctx::now_ns,
@@ -55,12 +53,12 @@ fn try_io(ctx: &RawTracePointContext, tx: bool) -> Option<()> {
     if conn.flags & FLAG_OWNED == 0 && !claim(sk, conn, now_ns()) {
         return None;
     }
-    if conn.flags & FLAG_TLS == 0 {
-        // Is a TLS call of this thread doing (or did it just ask for) this I/O?
-        if conn.tx_calls + conn.rx_calls < TLS_BIND_CALLS {
-            tls_state::bind(sk, conn, bpf_get_current_pid_tgid(), now_ns(), false);
-        }
-    } else if conn.flags & FLAG_TLS_TIMED == 0 && tls_state::socket_io(sk, tx) {
+    // TLS sessions are tied by their descriptor (`SSL_set_fd`, Go, rustls)
+    // or by the packets their calls send (`http_packets`), never here.
+    if conn.flags & FLAG_TLS != 0
+        && conn.flags & FLAG_TLS_TIMED == 0
+        && tls_state::socket_io(sk, tx)
+    {
         conn.flags |= FLAG_TLS_TIMED;
     }
     let (first, bytes, calls) = if tx {

@@ -498,6 +498,27 @@ pub fn bind(
     }
 }
 
+/// A payload packet of TLS connection `conn` (no session tied yet) leaving the host: if the task sending it holds the
+/// socket (so it is not a softirq's send on an interrupted task) and its
+/// thread is inside, or just out of, a TLS call whose session has no
+/// socket, this is that session's socket. The library's own transport
+/// sent it (curl's BIO, Node.js writing its memory BIO out, GnuTLS's push
+/// function): no descriptor was ever given to the library, and no
+/// per-call socket hook is needed to see which socket it used.
+#[inline(always)]
+pub fn tie_by_packet(conn: &mut Conn, now: u64) -> Option<()> {
+    let (_, pid_tgid) = current()?;
+    // The socket's address as a number (the map value's copy): the
+    // packet's own pointer to it may not be offset.
+    let sk = conn.sk;
+    if !crate::events::sk_held_by_task(sk) {
+        return None;
+    }
+    bind(sk, conn, pid_tgid, now, false)?;
+    count(Counter::TlsPacketTied);
+    Some(())
+}
+
 /// Ties `session` to socket `sk` (its connection `conn`): its timings move
 /// to the socket's entry, and the connection is TLS from now on.
 #[inline(always)]

@@ -96,6 +96,12 @@ pub fn starts(ctx: &SkBuffContext, sk: u64, payload: usize, egress: bool, now: u
 /// methods (each with its length in front), a ServerHello names one of each.
 #[inline(always)]
 fn extensions(ctx: &SkBuffContext, payload: usize, client: bool) -> Option<(usize, usize)> {
+    // The hello ends where its handshake header says: a ServerHello without
+    // extensions is followed by the next message (a Certificate), whose
+    // bytes must not be read as extensions.
+    let h = ctx.load::<[u8; 3]>(payload + 6).ok()?;
+    let hello_end =
+        payload + 9 + (usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]));
     let mut off = payload + HELLO_SESSION_ID;
     let sid = usize::from(ctx.load::<u8>(off).ok()?);
     if sid > 32 {
@@ -108,8 +114,11 @@ fn extensions(ctx: &SkBuffContext, payload: usize, client: bool) -> Option<(usiz
     } else {
         off += 3;
     }
+    if off + 2 > hello_end {
+        return None;
+    }
     let len = usize::from(u16::from_be_bytes(ctx.load::<[u8; 2]>(off).ok()?));
-    Some((off + 2, off + 2 + len))
+    (off + 2 + len <= hello_end).then_some((off + 2, off + 2 + len))
 }
 
 /// The extension `wanted` among a hello's: where its data starts, its length.

@@ -120,7 +120,39 @@ impl<'a> Types<'a> {
         };
         let id = self.struct_named(strukt)?.ok_or_else(not_found)?;
         self.find_member(id, member.as_bytes(), 0, 0)?
+            .map(|(off, _)| off)
             .ok_or_else(not_found)
+    }
+
+    /// Byte offset of `inner`, a member of member `outer` of `struct
+    /// strukt` (a struct or a typedef of one, as `sock.sk_lock`'s
+    /// `socket_lock_t`), from the start of `strukt`.
+    fn nested_member(&self, strukt: &str, outer: &str, inner: &str) -> Result<u32, BtfError> {
+        let not_found = |m: &str| BtfError::NotFound {
+            strukt: strukt.to_owned(),
+            member: m.to_owned(),
+        };
+        let id = self.struct_named(strukt)?.ok_or_else(|| not_found(outer))?;
+        let (base, ty) = self
+            .find_member(id, outer.as_bytes(), 0, 0)?
+            .ok_or_else(|| not_found(outer))?;
+        let (off, _) = self
+            .find_member(self.resolve(ty)?, inner.as_bytes(), 0, 0)?
+            .ok_or_else(|| not_found(&format!("{outer}.{inner}")))?;
+        Ok(base + off)
+    }
+
+    /// The type `id` names once typedefs and qualifiers are looked through.
+    fn resolve(&self, mut id: u32) -> Result<u32, BtfError> {
+        for _ in 0..MAX_NESTING {
+            let (pos, _, info) = self.head(id)?;
+            // TYPEDEF VOLATILE CONST RESTRICT TYPE_TAG point at their type.
+            if !matches!((info >> 24) & 0x1f, 8..=11 | 18) {
+                return Ok(id);
+            }
+            id = u32_at(self.types, pos + 8)?;
+        }
+        Err(BtfError::Malformed("typedef loop"))
     }
 
     fn struct_named(&self, name: &str) -> Result<Option<u32>, BtfError> {
@@ -136,14 +168,14 @@ impl<'a> Types<'a> {
     }
 
     /// `member`'s byte offset in the struct or union `id` (which sits at
-    /// `base` bits), looking inside its anonymous members too.
+    /// `base` bits), looking inside its anonymous members too, and its type.
     fn find_member(
         &self,
         id: u32,
         member: &[u8],
         base: u32,
         depth: u32,
-    ) -> Result<Option<u32>, BtfError> {
+    ) -> Result<Option<(u32, u32)>, BtfError> {
         let (pos, _, info) = self.head(id)?;
         let kind = (info >> 24) & 0x1f;
         if depth > MAX_NESTING || !(kind == KIND_STRUCT || kind == KIND_UNION) {
@@ -174,7 +206,7 @@ impl<'a> Types<'a> {
                     String::from_utf8_lossy(member).into_owned(),
                 ));
             }
-            return Ok(Some((base + bit_off) / 8));
+            return Ok(Some(((base + bit_off) / 8, u32_at(self.types, m + 4)?)));
         }
         Ok(None)
     }
@@ -187,6 +219,10 @@ pub struct KernelOffsets {
     pub sk_err: u32,
     /// `struct tcp_sock`'s `srtt_us` (smoothed RTT << 3).
     pub srtt_us: u32,
+    /// `struct sock`'s `sk_lock.owned`: set while a task holds the socket,
+    /// so a packet sent then was sent by that task (0: unknown, sessions
+    /// without a descriptor are not tied by their packets).
+    pub sk_lock_owned: u32,
     /// Where a task's open files are, to go from a Go connection's file
     /// descriptor to its socket; None: Go connections stay untied.
     #[serde(skip)]
@@ -210,9 +246,16 @@ pub fn kernel_offsets() -> Result<KernelOffsets, String> {
     let exe_walk = exe_walk_of(&types)
         .map_err(|e| tracing::warn!("new executables cannot be held at exec until probed: {e}"))
         .ok();
+    let sk_lock_owned = types
+        .nested_member("sock", "sk_lock", "owned")
+        .map_err(|e| {
+            tracing::warn!("TLS sessions without a descriptor cannot be tied by their packets: {e}")
+        })
+        .unwrap_or(0);
     Ok(KernelOffsets {
         sk_err: get("sock", "sk_err")?,
         srtt_us: get("tcp_sock", "srtt_us")?,
+        sk_lock_owned,
         fd_to_socket: fd_walk.is_some(),
         fd_walk,
         exe_walk,
@@ -320,6 +363,14 @@ mod tests {
         );
         assert!(
             off.srtt_us > 700 && off.srtt_us.is_multiple_of(4),
+            "{off:?}"
+        );
+        // `sk_lock` (a typedef of an unnamed struct) sits inside struct sock,
+        // its `owned` an int after the spinlock.
+        assert!(
+            off.sk_lock_owned > 100
+                && off.sk_lock_owned < 1000
+                && off.sk_lock_owned.is_multiple_of(4),
             "{off:?}"
         );
         // A socket's file keeps the socket behind private_data; a task's

@@ -91,8 +91,11 @@ pub struct Summary {
     pub tls_rustls_tied: u64,
     pub tls_rustls_reads_unjoined: u64,
     /// OpenSSL sessions tied to their socket by the descriptor given to the
-    /// library (`SSL_set_fd`); the others by their first socket I/O.
+    /// library (`SSL_set_fd`).
     pub tls_tied_by_fd: u64,
+    /// OpenSSL and GnuTLS sessions without a descriptor (their own BIO or
+    /// transport) tied by the first packet their thread sent in a call.
+    pub tls_tied_by_packet: u64,
     /// TLS sessions or connections the kernel could not store (maps full).
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).

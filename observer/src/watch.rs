@@ -322,6 +322,7 @@ pub async fn run_with(
         tls_rustls_tied: k(Counter::RustlsTied),
         tls_rustls_reads_unjoined: k(Counter::RustlsReadUnjoined),
         tls_tied_by_fd: k(Counter::TlsFdTied),
+        tls_tied_by_packet: k(Counter::TlsPacketTied),
         tls_insert_failed: k(Counter::TlsInsertFailed),
         tls_commands_dropped: Stats::get(&stats.tls_commands_full),
         tls_first_byte_unmeasured: end.tls_unmeasured,
@@ -392,9 +393,10 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
     let d = &s.dropped;
     let tls = s.tls.as_ref().map_or(String::new(), |t| {
         format!(
-            "; TLS: {} sessions tied to connections ({} by the descriptor given to the library), per-call probes on {} processes ({} fell back to socket timing, {} over the cap), {} attach errors, {} lost (maps full)",
+            "; TLS: {} sessions tied to connections ({} by the descriptor given to the library, {} by a packet sent in a call), per-call probes on {} processes ({} fell back to socket timing, {} over the cap), {} attach errors, {} lost (maps full)",
             s.tls_bound,
             s.tls_tied_by_fd,
+            s.tls_tied_by_packet,
             t.plaintext_attached_total,
             t.plaintext_fell_back,
             t.plaintext_over_cap,

@@ -498,6 +498,75 @@ fn failed_handshakes() {
     );
 }
 
+/// HTTPS through a proxy (`curl -x`, as `HTTPS_PROXY` does): the CONNECT is
+/// a plain request on the connection, then the TLS session inside the
+/// tunnel is tied to the same socket by the packets curl's calls send (curl
+/// gives OpenSSL no descriptor), and its request is recorded from the
+/// plaintext, held to curl's clock.
+#[test]
+fn https_through_a_connect_proxy() {
+    let Some(_serial) = begin("tls_proxy", &["curl", "openssl", "python3"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let server = tls_server(&cert, "tls", 0, ANSWER_MS);
+    let proxy = HelperServer::spawn(Command::new("python3").arg(helper("connect_proxy.py")));
+    let w = Watch::start(&["--port", &proxy.port.to_string()]);
+    let runs: Vec<Vec<f64>> = (0..3)
+        .map(|_| {
+            let out = Command::new("curl")
+                .args(["-sk", "-o", "/dev/null", "-x"])
+                .arg(format!("http://127.0.0.1:{}", proxy.port))
+                .args([
+                    "-w",
+                    "%{time_appconnect} %{time_starttransfer} %{local_port}",
+                ])
+                .arg(format!("https://127.0.0.1:{}/", server.port))
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect()
+        })
+        .collect();
+    let watched = w.stop();
+    let (mut ours, mut waits) = (Vec::new(), Vec::new());
+    for t in &runs {
+        let port = json!(t[2] as u64);
+        let c = only(&watched, "local_port", &port);
+        assert_eq!(c["comm"], "curl");
+        assert_eq!(c["tls"]["library"], "openssl", "{c:#}");
+        assert_eq!(c["tls"]["ttfb_source"], "plaintext", "{c:#}");
+        let requests = watched.requests_on(&port, "outbound");
+        let methods: Vec<&Value> = requests.iter().map(|r| &r["method"]).collect();
+        assert_eq!(methods, [&json!("CONNECT"), &json!("GET")], "{requests:#?}");
+        assert_eq!(requests[0]["status"], 200);
+        assert_eq!(requests[0]["path"], format!("127.0.0.1:{}", server.port));
+        let get = requests[1];
+        assert_eq!(get["status"], 200, "{get:#}");
+        assert_eq!(get["error"], Value::Null, "{get:#}");
+        ours.push(ms_of(&get["ttfb_ns"]));
+        // curl's wait for the answer: starttransfer after appconnect.
+        waits.push((t[1] - t[0]) * 1e3);
+    }
+    agree_with_clock(
+        "first byte through the proxy",
+        &ours,
+        &waits,
+        f64::from(ANSWER_MS),
+        0.002,
+        1.0,
+    );
+    let summary = watched.summary();
+    assert!(
+        summary["tls_tied_by_packet"].as_u64() >= Some(3),
+        "{summary:#}"
+    );
+}
+
 /// `--tls-plaintext-probes off`: a server's time comes from the socket after
 /// the handshake, which is sound (request in -> answer out); a client's is
 /// not given.

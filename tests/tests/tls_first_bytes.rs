@@ -252,7 +252,14 @@ fn a_busy_process_takes_its_files_per_process_until_it_exits() {
     assert_eq!(c["local_port"], own[0].0, "{c:#}");
     assert_eq!(
         (&c["status"], &s["status"]),
-        (&Value::from(200), &Value::from(200))
+        (&Value::from(200), &Value::from(200)),
+        "{c:#} {s:#} {:#}",
+        Value::from(
+            out.with("local_port", &c["local_port"])
+                .into_iter()
+                .cloned()
+                .collect::<Vec<_>>()
+        )
     );
     let summary = out.summary();
     let tls = &summary["tls"];

@@ -13,7 +13,7 @@ use observer_common::{
     tls::{go::FD_WALK_GLOBAL, BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
     tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES, DNS_WIRE_GLOBAL, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL,
-    SK_ERR_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    SK_ERR_OFFSET_GLOBAL, SK_LOCK_OWNED_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
 use crate::{conntrack::KernelConns, tracefs};
@@ -82,7 +82,9 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
     }
     let own = std::process::id();
     let offsets = crate::btf::kernel_offsets();
-    let (sk_err, srtt) = offsets.as_ref().map_or((0, 0), |o| (o.sk_err, o.srtt_us));
+    let (sk_err, srtt, sk_lock_owned) = offsets
+        .as_ref()
+        .map_or((0, 0, 0), |o| (o.sk_err, o.srtt_us, o.sk_lock_owned));
     let fd_walk = offsets
         .as_ref()
         .ok()
@@ -111,6 +113,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .override_global(WAKEUP_BYTES_GLOBAL, &wakeup, true)
         .override_global(SK_ERR_OFFSET_GLOBAL, &sk_err, true)
         .override_global(SRTT_US_OFFSET_GLOBAL, &srtt, true)
+        .override_global(SK_LOCK_OWNED_OFFSET_GLOBAL, &sk_lock_owned, true)
         .override_global(FD_WALK_GLOBAL, &fd_walk, true)
         .override_global(EXE_WALK_GLOBAL, &exe_walk, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)

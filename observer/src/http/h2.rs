@@ -624,7 +624,11 @@ impl H2 {
             }
             return;
         }
-        if !request_dir && f.stream % 2 == 1 && f.stream > self.last_request_stream {
+        // On a connection first seen mid-way, answers before its first
+        // request seen are to streams begun before us: never held.
+        let requests_seen = self.from_start || self.last_request_stream != 0;
+        if !request_dir && f.stream % 2 == 1 && f.stream > self.last_request_stream && requests_seen
+        {
             self.hold_early(t, end_t, f);
             return;
         }
@@ -953,6 +957,23 @@ mod tests {
         assert!(b.complete);
         assert_eq!((b.start_ns, b.first_byte_ns), (300_000, 400_010));
         assert_eq!(c.h2.as_ref().map(|h| h.lost), Some(0));
+    }
+
+    /// A connection first seen mid-way: answers to the streams begun before
+    /// the observer are not held for requests that will never be seen (they
+    /// would push out held answers and count as lost).
+    #[test]
+    fn answers_to_streams_begun_before_us_are_not_held() {
+        let mut h = H2::midstream();
+        let mut resp = Peer::new();
+        for s in 0..20u32 {
+            let back = resp.headers(2 * s + 1, END_STREAM, &[(":status", "200")]);
+            assert!(h
+                .feed(&call(op::READ, 1_000 + u64::from(s), &back), true)
+                .is_empty());
+        }
+        assert_eq!(h.lost, 0);
+        assert!(h.early.is_empty());
     }
 
     /// A server (inbound) streaming a chat completion as server-sent events
