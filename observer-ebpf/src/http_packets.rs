@@ -141,6 +141,12 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
                 }
                 return (egress && c.flags & FLAG_TLS == 0).then_some(Untied { sk, conn: c });
             }
+            if c.http == http::UNKNOWN && c.flags & FLAG_TLS != 0 && c.flags & FLAG_MIDSTREAM == 0 {
+                // Tied before its first byte: this is its hello.
+                tls_wire::name_from_hello(ctx, key, payload, now_ns());
+                skip(sk);
+                return None;
+            }
             if c.http != http::UNKNOWN && c.http != http::YES || c.flags & FLAG_TLS != 0 {
                 skip(sk);
                 return None;

@@ -7,10 +7,6 @@ use crate::{
     tls_state::{session_begin, set_server_name, tie_fd},
 };
 
-/// `SSL_ctrl` command of `SSL_set_tlsext_host_name` (a macro over SSL_ctrl).
-const SSL_CTRL_SET_TLSEXT_HOSTNAME: i32 = 55;
-const TLSEXT_NAMETYPE_HOST_NAME: i64 = 0;
-
 /// SSL_set_connect_state / SSL_set_accept_state: a session is set up, before
 /// any handshake call (some programs never make one and handshake inside
 /// SSL_read / SSL_write; this is how their processes get announced).
@@ -25,34 +21,16 @@ pub fn ssl_session_begin(ctx: ProbeContext) -> u32 {
 /// SSL_set_fd(ssl, fd): the session's socket, by the descriptor the program
 /// gives the library (Python's ssl, nginx): tied before any of its I/O, so
 /// no socket hook is needed to find it. Programs with their own BIO (curl)
-/// or memory BIOs (Node.js) are tied by their first socket I/O instead.
+/// or memory BIOs (Node.js) are tied by the packets their calls send
+/// (`http_packets`). OpenSSL's server name (set through `SSL_ctrl`, called
+/// several times per connection for other things) is read from the
+/// ClientHello on the wire instead (`tls_wire`).
 #[uprobe]
 pub fn ssl_set_fd(ctx: ProbeContext) -> u32 {
     if let (Some(ssl), Some(fd)) = (ctx.arg::<u64>(0), ctx.arg::<i32>(1)) {
         if ssl != 0 && fd >= 0 {
             tie_fd(ssl, fd as u64, cookie(&ctx));
         }
-    }
-    0
-}
-
-/// SSL_ctrl(ssl, cmd, larg, parg): only the server-name command is looked at.
-#[uprobe]
-pub fn ssl_ctrl(ctx: ProbeContext) -> u32 {
-    let (Some(ssl), Some(cmd), Some(larg), Some(parg)) = (
-        ctx.arg::<u64>(0),
-        ctx.arg::<i32>(1),
-        ctx.arg::<i64>(2),
-        ctx.arg::<u64>(3),
-    ) else {
-        return 0;
-    };
-    if cmd == SSL_CTRL_SET_TLSEXT_HOSTNAME
-        && larg == TLSEXT_NAMETYPE_HOST_NAME
-        && ssl != 0
-        && parg != 0
-    {
-        set_server_name(ssl, parg, cookie(&ctx));
     }
     0
 }

@@ -91,6 +91,24 @@ pub fn starts(ctx: &SkBuffContext, sk: u64, payload: usize, egress: bool, now: u
     true
 }
 
+/// The first payload of a connection whose library session was tied before
+/// any of its bytes (`SSL_set_fd`, Go): a ClientHello names the server for
+/// the connection's record, on both ends (no library call is probed for
+/// the name: `SSL_ctrl`, which carries it in OpenSSL, is called several
+/// times per connection for other things).
+#[inline(always)]
+pub fn name_from_hello(ctx: &SkBuffContext, sk: u64, payload: usize, now: u64) {
+    let Some((kind, major, msg)) = head(ctx, payload) else {
+        return;
+    };
+    if kind != HANDSHAKE || major != 3 || msg != CLIENT_HELLO {
+        return;
+    }
+    if let Some((name, len)) = server_name(ctx, payload) {
+        emit_tls_name_from_skb(ctx, sk, name, len, now);
+    }
+}
+
 /// Where a hello's extensions lie in the segment: (start, end). After the
 /// session id, a ClientHello lists its cipher suites and compression
 /// methods (each with its length in front), a ServerHello names one of each.

@@ -292,13 +292,6 @@ pub const PROGRAMS: &[Program] = &[
         "sessions tied to their socket by its descriptor (Python, nginx)",
     ),
     up(
-        "ssl_ctrl",
-        false,
-        TlsHandshakes,
-        &[(OpenSsl, "SSL_ctrl")],
-        "server names set through SSL_ctrl",
-    ),
-    up(
         "ssl_set_host_name",
         false,
         TlsHandshakes,

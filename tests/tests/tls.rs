@@ -226,6 +226,8 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
         assert_eq!(s["pid"], server.pid());
         let stls = &s["tls"];
         assert_eq!(stls["ttfb_source"], "plaintext", "{s:#}");
+        // The name curl asked for, read from its ClientHello at the server.
+        assert_eq!(stls["server_name"], "tls.test", "{s:#}");
         // The server's handshake began after curl's connect did, and it
         // answered after its handshake and before curl read the answer:
         // both inside curl's clock from its name lookup to starttransfer.

@@ -17,7 +17,6 @@ pub const OPENSSL_SYMBOLS: &[&str] = &[
     "SSL_read_ex",
     "SSL_write_ex",
     "SSL_free",
-    "SSL_ctrl",
     "SSL_set_connect_state",
     "SSL_set_accept_state",
     "SSL_set_fd",
@@ -256,7 +255,7 @@ mod tests {
             "SSL_read",
             "SSL_write",
             "SSL_free",
-            "SSL_ctrl",
+            "SSL_set_fd",
         ]
         .iter()
         .map(|n| img.offset(n).unwrap_or_else(|| panic!("{n} missing")))
