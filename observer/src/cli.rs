@@ -152,8 +152,9 @@ pub struct RunArgs {
     /// Prometheus endpoint address, or `none` (default 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub prometheus_listen: Option<String>,
-    /// Share of ordinary connections exported as traces (0 to 1; default 1).
-    /// Failed and slow connections are always exported; metrics see all.
+    /// Share of ordinary connections exported as traces (0 to 1; default 1,
+    /// or from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG). Failed and slow
+    /// connections are always exported; metrics see all.
     #[arg(long, value_name = "RATIO")]
     pub sample_ratio: Option<f64>,
     /// Connections at least this long are always exported (seconds; default 1).

@@ -154,6 +154,43 @@ fn ratio(key: &str, v: f64) -> Result<f64, BadSetting> {
     }
 }
 
+/// `OTEL_TRACES_SAMPLER` (and `OTEL_TRACES_SAMPLER_ARG`) as the
+/// OpenTelemetry SDKs read them, as the share of ordinary records exported.
+/// A `parentbased_` sampler follows its root's rule: our spans begin their
+/// traces. Failed and slow records stay kept whatever the sampler (they are
+/// what the observer is for); metrics are never sampled.
+fn env_sampler(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<f64>, BadSetting> {
+    let Some(name) = env("OTEL_TRACES_SAMPLER") else {
+        return Ok(None);
+    };
+    let name = name.trim().to_ascii_lowercase();
+    match name.strip_prefix("parentbased_").unwrap_or(&name) {
+        "always_on" => Ok(Some(1.0)),
+        "always_off" => Ok(Some(0.0)),
+        // Without an argument the SDKs take 1.0.
+        "traceidratio" => match env("OTEL_TRACES_SAMPLER_ARG") {
+            None => Ok(Some(1.0)),
+            Some(arg) => arg
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| (0.0..=1.0).contains(v))
+                .map(Some)
+                .ok_or_else(|| BadSetting {
+                    key: "OTEL_TRACES_SAMPLER_ARG".into(),
+                    value: arg.clone(),
+                    why: "expected a ratio from 0 to 1".into(),
+                }),
+        },
+        _ => Err(BadSetting {
+            key: "OTEL_TRACES_SAMPLER".into(),
+            value: name.clone(),
+            why: "expected always_on, always_off, traceidratio, or one of them after parentbased_"
+                .into(),
+        }),
+    }
+}
+
 pub fn resolve(
     file: &FileConfig,
     env: &dyn Fn(&str) -> Option<String>,
@@ -176,10 +213,11 @@ pub fn resolve(
         })
     };
     let otlp = OtlpConfig::from_vars(&merged)?;
-    let sample_ratio = match (flags.sample_ratio, file.sample_ratio) {
-        (Some(v), _) => ratio("--sample-ratio", v)?,
-        (None, Some(v)) => ratio("sample_ratio", v)?,
-        (None, None) => 1.0,
+    let sample_ratio = match (flags.sample_ratio, env_sampler(env)?, file.sample_ratio) {
+        (Some(v), _, _) => ratio("--sample-ratio", v)?,
+        (None, Some(v), _) => v,
+        (None, None, Some(v)) => ratio("sample_ratio", v)?,
+        (None, None, None) => 1.0,
     };
     let slow_threshold = match (flags.slow_threshold, file.slow_threshold_seconds) {
         (Some(d), _) => d,
@@ -239,6 +277,46 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| (*v).to_owned())
         }
+    }
+
+    /// The SDKs' sampler variables, between the file and the flag.
+    #[test]
+    fn traces_sampler_from_the_environment() {
+        let file: FileConfig = toml::from_str("sample_ratio = 0.5\n").expect("parses");
+        let none = Flags::default();
+        let ratio_of = |vars: &[(&str, &str)], flags: &Flags| {
+            resolve(&file, &env(vars), flags).map(|s| s.sample_ratio)
+        };
+        let sampler = |name| [("OTEL_TRACES_SAMPLER", name)];
+        assert_eq!(ratio_of(&sampler("always_on"), &none).ok(), Some(1.0));
+        assert_eq!(ratio_of(&sampler("always_off"), &none).ok(), Some(0.0));
+        assert_eq!(
+            ratio_of(&sampler("parentbased_always_off"), &none).ok(),
+            Some(0.0)
+        );
+        let ratio = [
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.01"),
+        ];
+        assert_eq!(ratio_of(&ratio, &none).ok(), Some(0.01));
+        // No argument: the SDKs' default.
+        assert_eq!(ratio_of(&sampler("TraceIdRatio"), &none).ok(), Some(1.0));
+        // The flag wins; without the variable the file does.
+        let flag = Flags {
+            sample_ratio: Some(0.2),
+            ..Flags::default()
+        };
+        assert_eq!(ratio_of(&ratio, &flag).ok(), Some(0.2));
+        assert_eq!(ratio_of(&[], &none).ok(), Some(0.5));
+        // Bad values are named.
+        let bad_arg = [
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "2"),
+        ];
+        let e = ratio_of(&bad_arg, &none).expect_err("out of range");
+        assert!(e.to_string().contains("OTEL_TRACES_SAMPLER_ARG"), "{e}");
+        let e = ratio_of(&sampler("jaeger_remote"), &none).expect_err("unsupported");
+        assert!(e.to_string().contains("jaeger_remote"), "{e}");
     }
 
     #[test]
