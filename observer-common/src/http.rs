@@ -15,6 +15,12 @@ pub const TLS_WIRE: u8 = 3;
 /// answer) before it is judged not HTTP.
 pub const MIDSTREAM_LOOKS: u8 = 16;
 
+/// A connection whose first payload was neither HTTP nor TLS: how many more
+/// payloads (either way) are looked at for a ClientHello, for protocols
+/// that turn to TLS after a plaintext start (STARTTLS in SMTP, IMAP and
+/// FTP; PostgreSQL's SSLRequest; MySQL's SSL request).
+pub const STARTTLS_LOOKS: u8 = 8;
+
 /// Plain HTTP/1.x connections whose sequence numbers are followed at once.
 pub const MAX_HTTP_SOCKS: u32 = 65_536;
 

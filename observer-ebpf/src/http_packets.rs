@@ -147,7 +147,13 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
                 skip(sk);
                 return None;
             }
-            if c.http != http::UNKNOWN && c.http != http::YES || c.flags & FLAG_TLS != 0 {
+            // Not HTTP from its start: it may still turn to TLS (below).
+            let watching = c.http == http::NO
+                && c.flags & (FLAG_TLS | FLAG_MIDSTREAM) == 0
+                && c.http_looks < http::STARTTLS_LOOKS;
+            if !watching
+                && (c.http != http::UNKNOWN && c.http != http::YES || c.flags & FLAG_TLS != 0)
+            {
                 skip(sk);
                 return None;
             }
@@ -181,7 +187,9 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
     let midstream = conn.flags & FLAG_MIDSTREAM != 0;
     let seq = u32::from_be_bytes(ctx.load::<[u8; 4]>(l4 + 4).ok()?);
     let dir = usize::from(!egress);
-    let first = conn.http == http::UNKNOWN;
+    // A connection not HTTP from its start is read as a first payload
+    // would be, for a ClientHello.
+    let first = conn.http == http::UNKNOWN || conn.http == http::NO;
     let end = seq.wrapping_add(len as u32);
     let now = now_ns();
     if first {
@@ -197,13 +205,26 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             conn.http = http::TLS_WIRE;
             return egress.then_some(Untied { sk, conn });
         }
+        if conn.http == http::NO {
+            // Watched for a ClientHello after a plaintext start: not one.
+            conn.http_looks = conn.http_looks.saturating_add(1);
+            if conn.http_looks >= http::STARTTLS_LOOKS {
+                skip(sk);
+            }
+            return None;
+        }
         if !is_http(start) && !h2 {
             // A connection first seen mid-way may first show the rest of an
             // answer; the next request tells.
             conn.http_looks = conn.http_looks.saturating_add(1);
-            if !midstream || conn.http_looks >= http::MIDSTREAM_LOOKS {
+            if midstream && conn.http_looks >= http::MIDSTREAM_LOOKS {
                 conn.http = http::NO;
                 skip(sk);
+            } else if !midstream {
+                // Not HTTP; its next payloads are watched for a ClientHello
+                // (STARTTLS, PostgreSQL's SSLRequest), then it is skipped.
+                conn.http = http::NO;
+                conn.http_looks = 0;
             }
             // One begun before us, TLS: a library call's next packet.
             let records = conn.flags & (FLAG_TLS_RECORDS | FLAG_TLS) == FLAG_TLS_RECORDS;

@@ -569,6 +569,65 @@ fn https_through_a_connect_proxy() {
     );
 }
 
+/// TLS begun after a plaintext start (SMTP's STARTTLS, as PostgreSQL's
+/// SSLRequest and MySQL do too): curl's session (its own BIO, no
+/// descriptor) is tied by the ClientHello it sends after the plaintext
+/// exchange, and its handshake lies inside curl's own connect-to-TLS time.
+#[test]
+fn tls_after_a_plaintext_start() {
+    let Some(_serial) = begin("tls_starttls", &["curl", "openssl", "python3"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let server = HelperServer::spawn(
+        Command::new("python3")
+            .arg(helper("starttls_server.py"))
+            .arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key()),
+    );
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let out = Command::new("curl")
+        .args(["-sk", "--ssl-reqd", "-o", "/dev/null", "-w"])
+        .arg("%{time_connect} %{time_appconnect} %{local_port}")
+        .arg(format!("smtp://127.0.0.1:{}/", server.port))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let t: Vec<f64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let watched = w.stop();
+    let port = json!(t[2] as u64);
+    let c = only(&watched, "local_port", &port);
+    assert_eq!(c["comm"], "curl");
+    let tls = &c["tls"];
+    assert_eq!(tls["library"], "openssl", "{c:#}");
+    assert_eq!(tls["handshake_error"], Value::Null, "{c:#}");
+    // curl's appconnect - connect holds the plaintext exchange and the
+    // handshake; ours is the handshake alone.
+    let (hs, curls) = (ms_of(&tls["handshake_ns"]), (t[1] - t[0]) * 1e3);
+    assert!(
+        hs > 0.0 && hs <= curls + 0.002,
+        "handshake: ours {hs:.3} ms, curl's connect to TLS {curls:.3} ms"
+    );
+    assert!(tls["plaintext_sent"].as_u64() > Some(0), "{c:#}");
+    let s = server_side(&watched, &port);
+    assert_eq!(s["tls"]["library"], "openssl", "{s:#}");
+    assert_eq!(
+        s["tls"]["plaintext_received"], tls["plaintext_sent"],
+        "both ends count the conversation inside TLS alike"
+    );
+    let summary = watched.summary();
+    assert!(
+        summary["tls_tied_by_packet"].as_u64() >= Some(1),
+        "{summary:#}"
+    );
+}
+
 /// `--tls-plaintext-probes off`: a server's time comes from the socket after
 /// the handshake, which is sound (request in -> answer out); a client's is
 /// not given.
