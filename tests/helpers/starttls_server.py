@@ -21,38 +21,27 @@ def lines(conn):
         yield line.decode(errors="replace")
 
 
-def answer(conn, tls_context):
-    conn.sendall(b"220 test ESMTP\r\n")
+def converse(conn, tls_context):
+    """Answers commands; `tls_context` is None once inside TLS."""
     for line in lines(conn):
         verb = line.split(" ", 1)[0].upper()
         if verb in ("EHLO", "HELO"):
-            conn.sendall(b"250-test\r\n250 STARTTLS\r\n")
-        elif verb == "STARTTLS":
+            offer = b"STARTTLS" if tls_context else b"HELP"
+            conn.sendall(b"250-test\r\n250 " + offer + b"\r\n")
+        elif verb == "STARTTLS" and tls_context:
             conn.sendall(b"220 go ahead\r\n")
-            conn = tls_context.wrap_socket(conn, server_side=True)
-            return answer_inside(conn)
+            return converse(tls_context.wrap_socket(conn, server_side=True), None)
         elif verb == "QUIT":
             conn.sendall(b"221 bye\r\n")
             return
         else:
-            conn.sendall(b"530 STARTTLS first\r\n")
-
-
-def answer_inside(conn):
-    for line in lines(conn):
-        verb = line.split(" ", 1)[0].upper()
-        if verb in ("EHLO", "HELO"):
-            conn.sendall(b"250-test\r\n250 HELP\r\n")
-        elif verb == "QUIT":
-            conn.sendall(b"221 bye\r\n")
-            return
-        else:
-            conn.sendall(b"214 help\r\n")
+            conn.sendall(b"530 STARTTLS first\r\n" if tls_context else b"214 help\r\n")
 
 
 def serve(conn, tls_context):
     try:
-        answer(conn, tls_context)
+        conn.sendall(b"220 test ESMTP\r\n")
+        converse(conn, tls_context)
     except (OSError, ssl.SSLError):
         pass
     finally:

@@ -27,6 +27,16 @@ fn python_client(port: u16, args: &[&str]) -> Vec<Value> {
     )
 }
 
+/// The numbers a successful client printed (curl's `-w` figures).
+fn numbers_of(out: std::process::Output) -> Vec<f64> {
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect()
+}
+
 fn ms_of(v: &Value) -> f64 {
     ms(v.as_u64()
         .unwrap_or_else(|| panic!("not a number of ns: {v}")))
@@ -186,13 +196,7 @@ fn curl_and_python_server_agree_with_curl_and_the_injected_delays() {
             .arg(format!("https://tls.test:{port}/"))
             .output()
             .unwrap();
-        assert!(out.status.success());
-        let t: Vec<f64> = String::from_utf8(out.stdout)
-            .unwrap()
-            .split_whitespace()
-            .map(|x| x.parse().unwrap())
-            .collect();
-        runs.push(t);
+        runs.push(numbers_of(out));
     }
     let out = w.stop();
     assert!(
@@ -526,12 +530,7 @@ fn https_through_a_connect_proxy() {
                 .arg(format!("https://127.0.0.1:{}/", server.port))
                 .output()
                 .unwrap();
-            assert!(out.status.success());
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .split_whitespace()
-                .map(|x| x.parse().unwrap())
-                .collect()
+            numbers_of(out)
         })
         .collect();
     let watched = w.stop();
@@ -594,12 +593,7 @@ fn tls_after_a_plaintext_start() {
         .arg(format!("smtp://127.0.0.1:{}/", server.port))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let t: Vec<f64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let t = numbers_of(out);
     let watched = w.stop();
     let port = json!(t[2] as u64);
     let c = only(&watched, "local_port", &port);
