@@ -21,6 +21,12 @@ pub const MIDSTREAM_LOOKS: u8 = 16;
 /// FTP; PostgreSQL's SSLRequest; MySQL's SSL request).
 pub const STARTTLS_LOOKS: u8 = 8;
 
+/// [`crate::Conn::http_looks`] of an HTTP/1.x connection whose first request
+/// was a proxy's `CONNECT`: its later payloads are looked at for the
+/// ClientHello of the TLS tunnelled through it (and only its: another
+/// connection's body bytes may look like a record header).
+pub const TUNNEL: u8 = u8::MAX;
+
 /// Plain HTTP/1.x connections whose sequence numbers are followed at once.
 pub const MAX_HTTP_SOCKS: u32 = 65_536;
 

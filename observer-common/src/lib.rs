@@ -38,6 +38,32 @@ pub const SRTT_US_OFFSET_GLOBAL: &str = "SRTT_US_OFFSET";
 /// Global: byte offset of `sk_lock.owned` in `struct sock` (from BTF); 0
 /// when unknown.
 pub const SK_LOCK_OWNED_OFFSET_GLOBAL: &str = "SK_LOCK_OWNED_OFFSET";
+/// Global ([`TcpCounters`]): where `struct tcp_sock` keeps the kernel's
+/// own byte and segment counters.
+pub const TCP_COUNTERS_GLOBAL: &str = "TCP_COUNTERS";
+
+/// Byte offsets in `struct tcp_sock` (from BTF) of the counters a record's
+/// bytes and segments are copied from, and of `sock.sk_flags`; 0: unknown
+/// (the field stays 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    /// Payload bytes transmitted, retransmissions included.
+    pub bytes_sent: u32,
+    /// Payload bytes retransmitted.
+    pub bytes_retrans: u32,
+    /// Sequence space received in order: the payload, and the peer's FIN.
+    pub bytes_received: u32,
+    pub data_segs_out: u32,
+    pub data_segs_in: u32,
+    /// `sock.sk_flags` (`__sk_common.skc_flags`), whose SOCK_DONE bit tells
+    /// that the peer's FIN came.
+    pub sk_flags: u32,
+}
+
+/// `enum sock_flags`: SOCK_DONE, set when the peer's FIN is received.
+pub const SOCK_DONE: u32 = 1;
+
 /// Global: 1 when the packet programs read DNS messages (`--dns-wire on`).
 pub const DNS_WIRE_GLOBAL: &str = "DNS_WIRE";
 /// Global: 1 when `tcp:tcp_destroy_sock` is attached, so a closed connection's
@@ -171,10 +197,14 @@ pub struct Conn {
     pub first_rx_ns: u64,
     /// Reaching CLOSE (0 while the connection is open).
     pub end_ns: u64,
+    /// Payload bytes and segments with data each way: the kernel's own
+    /// counters (`tcp_sock.bytes_sent` less `bytes_retrans`,
+    /// `bytes_received` less the peer's FIN, `data_segs_out`,
+    /// `data_segs_in`), copied when the record is made.
     pub bytes_tx: u64,
     pub bytes_rx: u64,
-    pub tx_calls: u32,
-    pub rx_calls: u32,
+    pub segs_out: u32,
+    pub segs_in: u32,
     pub retransmits: u32,
     /// Smoothed RTT in microseconds, read from the socket at close (and at the
     /// first byte each way, for snapshots); 0: unknown.
@@ -202,7 +232,11 @@ pub struct Conn {
     /// A [`FLAG_MIDSTREAM`] connection: payloads looked at that did not
     /// start an HTTP message or frame (see [`http::MIDSTREAM_LOOKS`]).
     pub http_looks: u8,
-    pub _pad: [u8; 2],
+    /// The packet programs no longer read this connection's payload; its
+    /// packets still reach them until its owner and first bytes are known
+    /// (then the socket is marked and they leave at once).
+    pub quiet: u8,
+    pub _pad: u8,
     /// The peer's FIN arrived (ESTABLISHED -> CLOSE_WAIT): a request sent
     /// after it went to a connection the peer had already closed.
     pub peer_fin_ns: u64,
@@ -402,6 +436,7 @@ mod pod {
     unsafe impl aya::Pod for super::tls::go::GoOffsets {}
     unsafe impl aya::Pod for super::tls::go::FdWalk {}
     unsafe impl aya::Pod for super::hold::ExeWalk {}
+    unsafe impl aya::Pod for super::TcpCounters {}
     unsafe impl aya::Pod for super::hold::ExeKey {}
 }
 

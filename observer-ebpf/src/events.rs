@@ -10,12 +10,12 @@ use aya_ebpf::{
 use observer_common::{
     http::{self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
     tls::{library, TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
-    CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS,
+    CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS, SOCK_DONE,
 };
 
 use crate::maps::{
-    count, sk_err_offset, sk_lock_owned_offset, srtt_us_offset, wakeup_bytes, CONNS, EVENTS,
-    TLS_CONNS,
+    count, sk_err_offset, sk_lock_owned_offset, srtt_us_offset, tcp_counters, wakeup_bytes, CONNS,
+    EVENTS, TLS_CONNS,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -92,6 +92,7 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
         // at a live map value.
         unsafe {
             (*ev).conn = *conn;
+            copy_counters(sk, &mut (*ev).conn);
             (*ev).tls = TlsConn::default();
             if has_tls(&*conn) {
                 if let Some(tls) = TLS_CONNS.get_ptr(&sk) {
@@ -185,6 +186,32 @@ fn sk_u32(sk: u64, off: u32) -> u32 {
     // SAFETY: bpf_probe_read_kernel tolerates any address; `sk` is a live
     // socket passed by the tracepoint.
     unsafe { bpf_probe_read_kernel((sk + u64::from(off)) as *const u32) }.unwrap_or(0)
+}
+
+/// Reads a 64-bit field of the socket at `off` (0: offset unknown -> 0).
+#[inline(always)]
+fn sk_u64(sk: u64, off: u32) -> u64 {
+    if off == 0 {
+        return 0;
+    }
+    // SAFETY: as in `sk_u32`.
+    unsafe { bpf_probe_read_kernel((sk + u64::from(off)) as *const u64) }.unwrap_or(0)
+}
+
+/// Copies the kernel's own byte and segment counters of TCP socket `sk`
+/// into its record: four reads when the record is made, instead of a
+/// count kept on every send and receive of the machine.
+#[inline(always)]
+pub fn copy_counters(sk: u64, conn: &mut Conn) {
+    let off = tcp_counters();
+    // Payload only: no retransmitted byte twice, and not the peer's FIN,
+    // which takes a place in the sequence space `bytes_received` counts.
+    let sent = sk_u64(sk, off.bytes_sent);
+    conn.bytes_tx = sent.saturating_sub(sk_u64(sk, off.bytes_retrans));
+    let fin = sk_u64(sk, off.sk_flags) >> SOCK_DONE & 1;
+    conn.bytes_rx = sk_u64(sk, off.bytes_received).saturating_sub(fin);
+    conn.segs_out = sk_u32(sk, off.data_segs_out);
+    conn.segs_in = sk_u32(sk, off.data_segs_in);
 }
 
 /// The socket's pending error (`sk->sk_err`), positive.
@@ -309,23 +336,21 @@ pub fn emit_tls_plaintext(
         return;
     };
     let ev = entry.as_mut_ptr();
-    // The socket's first send and receive after the handshake: none before
-    // this call's entry means nothing before it was missed.
-    let first_io = match (tls.sk_send_after_hs_ns, tls.sk_recv_after_hs_ns) {
-        (0, r) => r,
-        (s, 0) => s,
-        (s, r) => s.min(r),
-    };
+    // The socket's first payload sent after the handshake: none before this
+    // call's entry means no exchange before it was missed. Only what was
+    // sent tells: a packet received (a TLS 1.3 session ticket, a request
+    // waiting for a busy server) may arrive before the call that reads it.
+    let first_io = tls.sk_send_after_hs_ns;
     // Go's and rustls's probes are never put on after a handshake they saw
     // (rustls's TLS 1.2 handshake read on the wire marks the socket's first
     // send), and Go's client reads (the server's session tickets) from the socket inside
     // a Read begun before its first write: the socket cannot tell there.
-    let from_start = tls.flags & TLS_MIDSTREAM == 0
-        && tls.hs_end_ns != 0
-        && (tls.library == library::GO
-            || tls.library == library::RUSTLS
-            || first_io == 0
-            || first_io >= entry_ns);
+    // One value, not a chain of branches: each branch here multiplies the
+    // paths the verifier walks in the programs that inline this.
+    let own_start = (tls.library == library::GO) | (tls.library == library::RUSTLS);
+    let none_before = (first_io == 0) | (first_io >= entry_ns);
+    let from_start =
+        (tls.flags & TLS_MIDSTREAM == 0) & (tls.hs_end_ns != 0) & (own_start | none_before);
     // SAFETY: `ev` points at a reserved record of the right size; `conn` at
     // a live map value.
     let ok = unsafe {

@@ -12,8 +12,13 @@
 //! A connection established before the observer started has no CONNS entry:
 //! its first packet with a payload adopts it (marked FLAG_MIDSTREAM), so its
 //! later requests and HTTP/2 streams, and the TLS probes' plaintext, are
-//! followed like any other's (a TLS one's owner is announced for the
-//! per-call probes at its first socket call: see `sock_length`).
+//! followed like any other's (its owner is claimed, and a TLS one's
+//! announced for the per-call probes, at its first packet sent: see
+//! `conn_packets`).
+//!
+//! Every payload packet of a tracked connection also tells `conn_packets`
+//! its first bytes and owner; a connection whose payload is not read
+//! (`quiet`) is marked once those are known.
 
 use aya_ebpf::{
     bindings::{bpf_sock, BPF_SK_STORAGE_GET_F_CREATE},
@@ -37,18 +42,22 @@ use observer_common::{
 
 use crate::{
     cgroup_skb::tcp_payload,
+    conn_packets,
     ctx::now_ns,
     events::{is_h2_frame, is_http, reserve, submit_flags},
     maps::{count, CONNS, OWN_SOCKS},
     tls_state, tls_wire,
 };
 
+/// The first four bytes of a proxy's tunnel request.
+const CONNECT: u32 = u32::from_le_bytes(*b"CONN");
+
 /// Sequence numbers and copy rate of each plain HTTP/1.x connection.
 #[map(name = "HTTP_SOCKS")]
 pub static HTTP_SOCKS: LruHashMap<u64, HttpSock> = LruHashMap::with_max_entries(MAX_HTTP_SOCKS, 0);
 
-/// Sockets whose payload is not read (TLS, or a first payload that is not
-/// HTTP/1.x): socket storage, so that their packets, most of a busy HTTPS
+/// Sockets with nothing more to read (TLS, or a first payload that is not
+/// HTTP/1.x, and owner and first bytes known): socket storage, so that their packets, most of a busy HTTPS
 /// server's, leave after a pointer or two instead of a CONNS hash lookup.
 /// The kernel frees an entry with its socket.
 #[btf_map]
@@ -66,6 +75,16 @@ fn skip_ptr(sk: *mut bpf_sock, flags: u64) -> *mut core::ffi::c_void {
 #[inline(always)]
 fn skip(sk: *mut bpf_sock) {
     let _ = skip_ptr(sk, BPF_SK_STORAGE_GET_F_CREATE.into());
+}
+
+/// Stops reading the payload of `conn`; its packets still come here for
+/// what `conn_packets` learns from them until that is all known.
+#[inline(always)]
+fn quiet(sk: *mut bpf_sock, conn: &mut Conn) {
+    conn.quiet = 1;
+    if conn_packets::settled(conn) {
+        skip(sk);
+    }
 }
 
 /// Copies `n` (1..=DATA_CAPTURE - at) payload bytes at `off` into the
@@ -102,7 +121,7 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) {
     let conn = unsafe { &mut *u.conn };
     if tls_state::tie_by_packet(conn, now_ns()).is_some() {
         // The library's probes have its plaintext from now on.
-        skip(u.sk);
+        quiet(u.sk, conn);
     }
 }
 
@@ -125,11 +144,24 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
     }
     let (l4, payload) = tcp_payload(ctx)?;
     let key = sk as u64;
+    // No payload seen on the connection before this packet.
+    let mut fresh = true;
     let tracked = CONNS.get_ptr_mut(&key);
     let family = match tracked {
         Some(c) => {
             // SAFETY: a live map value, valid for this program run.
             let c = unsafe { &mut *c };
+            fresh = c.first_tx_ns == 0 && c.first_rx_ns == 0;
+            if !conn_packets::note(c, egress, now_ns()) {
+                skip(sk);
+                return None;
+            }
+            if c.quiet != 0 {
+                if conn_packets::settled(c) {
+                    skip(sk);
+                }
+                return None;
+            }
             // rustls takes the entry over at the handshake's first read and
             // leaves its end to the wire.
             if c.http == http::TLS_WIRE && (c.flags & FLAG_TLS == 0 || c.flags & FLAG_RUSTLS != 0) {
@@ -137,14 +169,14 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
                 // (`http` stays TLS_WIRE: its close sends the wire's times).
                 let len = ctx.len() as usize - payload;
                 if !tls_wire::step(ctx, key, payload, len, egress, now_ns()) {
-                    skip(sk);
+                    quiet(sk, c);
                 }
                 return (egress && c.flags & FLAG_TLS == 0).then_some(Untied { sk, conn: c });
             }
             if c.http == http::UNKNOWN && c.flags & FLAG_TLS != 0 && c.flags & FLAG_MIDSTREAM == 0 {
                 // Tied before its first byte: this is its hello.
                 tls_wire::name_from_hello(ctx, key, payload, now_ns());
-                skip(sk);
+                quiet(sk, c);
                 return None;
             }
             // Not HTTP from its start: it may still turn to TLS (below).
@@ -154,7 +186,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             if !watching
                 && (c.http != http::UNKNOWN && c.http != http::YES || c.flags & FLAG_TLS != 0)
             {
-                skip(sk);
+                quiet(sk, c);
                 return None;
             }
             0
@@ -178,7 +210,13 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             let tls = ctx
                 .load::<[u8; 2]>(payload)
                 .is_ok_and(|b| (20..=23).contains(&b[0]) && b[1] == 3);
-            adopt(sk, key, family, tls)?
+            let c = adopt(sk, key, family, tls)?;
+            // SAFETY: a live map value, valid for this program run.
+            if !conn_packets::note(unsafe { &mut *c }, egress, now_ns()) {
+                skip(sk);
+                return None;
+            }
+            c
         }
     };
     // SAFETY: a live map value, valid for this program run (an adopted one
@@ -209,7 +247,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             // Watched for a ClientHello after a plaintext start: not one.
             conn.http_looks = conn.http_looks.saturating_add(1);
             if conn.http_looks >= http::STARTTLS_LOOKS {
-                skip(sk);
+                quiet(sk, conn);
             }
             return None;
         }
@@ -219,7 +257,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             conn.http_looks = conn.http_looks.saturating_add(1);
             if midstream && conn.http_looks >= http::MIDSTREAM_LOOKS {
                 conn.http = http::NO;
-                skip(sk);
+                quiet(sk, conn);
             } else if !midstream {
                 // Not HTTP; its next payloads are watched for a ClientHello
                 // (STARTTLS, PostgreSQL's SSLRequest), then it is skipped.
@@ -239,14 +277,16 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
         if HTTP_SOCKS.insert(&key, &st, 0).is_err() {
             count(Counter::HttpInsertFailed);
             conn.http = http::NO;
-            skip(sk);
+            quiet(sk, conn);
             return None;
         }
         conn.http = http::YES;
+        conn.http_looks = if start == CONNECT { http::TUNNEL } else { 0 };
     } else {
-        // A TLS handshake after plaintext (through a proxy's CONNECT, or
-        // STARTTLS): its sender may be in the session's call.
+        // A TLS handshake through a proxy's CONNECT: its sender may be in
+        // the session's call.
         if egress
+            && conn.http_looks == http::TUNNEL
             && conn.flags & FLAG_TLS == 0
             && ctx.load::<[u8; 2]>(payload).is_ok_and(|b| b == [22, 3])
         {
@@ -255,7 +295,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
         let Some(st) = HTTP_SOCKS.get_ptr_mut(&key) else {
             // Evicted (the map is an LRU): nothing more is copied.
             conn.http = http::NO;
-            skip(sk);
+            quiet(sk, conn);
             return None;
         };
         // SAFETY: a live map value.
@@ -274,7 +314,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
         if st.window_segments > BUSY_SEGMENTS {
             count(Counter::HttpBusy);
             conn.http = http::NO;
-            skip(sk);
+            quiet(sk, conn);
             let _ = HTTP_SOCKS.remove(&key);
             return None;
         }
@@ -288,7 +328,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
         (*ev).ret_ns = now;
         (*ev).len = len as u32;
         (*ev).op = if egress { op::WRITE } else { op::READ };
-        let from_start = first && !midstream && conn.bytes_tx == 0 && conn.bytes_rx == 0;
+        let from_start = first && !midstream && fresh;
         (*ev).flags = DATA_PLAIN | if from_start { DATA_FROM_START } else { 0 };
         (*ev).hs_start_ns = 0;
         (*ev).hs_end_ns = 0;
@@ -316,7 +356,7 @@ fn ip_family(family: u32) -> bool {
 
 /// Starts tracking an established connection that has no CONNS entry (begun
 /// before the observer started, or evicted): its owner is claimed at its
-/// next socket call (`sock_length`), as an accepted connection's is. Which
+/// next packet sent (`conn_packets`), as an accepted connection's is. Which
 /// end is the client is a guess from the ports here (the lower one is taken
 /// for the server's); userspace corrects it from the first request it sees.
 #[inline(always)]

@@ -6,8 +6,8 @@
 //! CLOSE -> SYN_SENT runs inside connect(), in the connecting task: that is where
 //! outbound connections get their owner. The passive side's SYN_RECV ->
 //! ESTABLISHED runs in softirq, where the current task is unrelated, so inbound
-//! connections are created ownerless and claimed by the first process that reads
-//! or writes them (see `sock_length`).
+//! connections are created ownerless and claimed by the first task that sends
+//! a payload on them (see `conn_packets`).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},

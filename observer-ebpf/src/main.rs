@@ -13,6 +13,8 @@ mod cgroup_skb;
 #[cfg(target_arch = "bpf")]
 mod cgroup_sock;
 #[cfg(target_arch = "bpf")]
+mod conn_packets;
+#[cfg(target_arch = "bpf")]
 mod dns_packets;
 #[cfg(target_arch = "bpf")]
 mod events;
@@ -37,7 +39,7 @@ mod rustls;
 #[cfg(target_arch = "bpf")]
 mod sched_process;
 #[cfg(target_arch = "bpf")]
-mod sock_length;
+mod snapshot;
 #[cfg(target_arch = "bpf")]
 mod tcp_destroy_sock;
 #[cfg(target_arch = "bpf")]

@@ -10,7 +10,8 @@ use observer_common::{
         RustlsThread, TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, MAX_TLS_CONNS,
         MAX_TLS_PROCS, MAX_TLS_SESSIONS, MAX_TLS_THREADS,
     },
-    Conn, Counter, TlsConn, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RING_BYTES,
+    Conn, Counter, TcpCounters, TlsConn, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_RING_BYTES,
 };
 
 #[map(name = "EVENTS")]
@@ -46,6 +47,22 @@ static SRTT_US_OFFSET: u32 = 0;
 #[inline(always)]
 pub fn srtt_us_offset() -> u32 {
     unsafe { core::ptr::read_volatile(&SRTT_US_OFFSET) }
+}
+
+/// Where `struct tcp_sock`'s byte and segment counters are, from BTF.
+#[no_mangle]
+static TCP_COUNTERS: TcpCounters = TcpCounters {
+    bytes_sent: 0,
+    bytes_retrans: 0,
+    bytes_received: 0,
+    data_segs_out: 0,
+    data_segs_in: 0,
+    sk_flags: 0,
+};
+
+#[inline(always)]
+pub fn tcp_counters() -> TcpCounters {
+    unsafe { core::ptr::read_volatile(&TCP_COUNTERS) }
 }
 
 /// Byte offset of `sk_lock.owned` in `struct sock`, from BTF; 0 when unknown.

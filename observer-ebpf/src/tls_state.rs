@@ -1,5 +1,6 @@
 //! TLS session state shared by the library probes (`tls_calls`, `libssl`,
-//! `libgnutls`) and the socket probes that tie a session to its socket.
+//! `libgnutls`, `go_tls`, `rustls`) and the packet programs, which tie a
+//! session that never named its socket by the packets its calls send.
 //!
 //! Every function here runs inside a uprobe (about 5 us per hit in a VM), so
 //! each does a bounded number of map lookups and copies no payload.
@@ -498,16 +499,19 @@ pub fn bind(
     }
 }
 
-/// A payload packet of TLS connection `conn` (no session tied yet) leaving the host: if the task sending it holds the
-/// socket (so it is not a softirq's send on an interrupted task) and its
-/// thread is inside, or just out of, a TLS call whose session has no
-/// socket, this is that session's socket. The library's own transport
-/// sent it (curl's BIO, Node.js writing its memory BIO out, GnuTLS's push
-/// function): no descriptor was ever given to the library, and no
-/// per-call socket hook is needed to see which socket it used.
+/// A payload packet of TLS connection `conn` (no session tied yet) is
+/// leaving the host: if its sender's thread is inside, or just out of, a
+/// TLS call whose session has no socket, and holds the socket (so this is
+/// not a softirq's send on an interrupted task), this is that session's
+/// socket. The library's own transport sent it (curl's BIO, Node.js writing
+/// its memory BIO out, GnuTLS's push function): no descriptor was ever
+/// given to the library.
 #[inline(always)]
 pub fn tie_by_packet(conn: &mut Conn, now: u64) -> Option<()> {
     let (_, pid_tgid) = current()?;
+    // Most such packets come from no TLS call: the map first, the kernel's
+    // lock after.
+    TLS_CALLS.get_ptr(&TlsCallKey { id: pid_tgid, g: 0 })?;
     // The socket's address as a number (the map value's copy): the
     // packet's own pointer to it may not be offset.
     let sk = conn.sk;
@@ -622,41 +626,42 @@ fn adopt(session: *mut TlsSession, sk: u64, conn: &mut Conn) -> Option<()> {
 }
 
 /// Socket-level timing of a TLS connection after its handshake, for when no
-/// plaintext probes ran: first bytes each way and the first answer to them.
-/// Returns true once all of them are taken (or the connection's TLS entry is
-/// gone): the socket needs no more of this.
+/// plaintext probes ran: first payload packets each way and the first
+/// answer to them (`conn_packets`). A packet is seen when it reaches the
+/// socket, not when a call reads it: a client's Finished and its request
+/// often reach a server before the server's handshake call returns, so
+/// the last payload received during the handshake stands as the first
+/// received after it until a later one, before anything was sent, replaces
+/// it. Returns true once all of them are taken (or the connection's TLS
+/// entry is gone): the socket needs no more of this.
 #[inline(always)]
-pub fn socket_io(sk: u64, tx: bool) -> bool {
+pub fn socket_io(sk: u64, tx: bool, now: u64) -> bool {
     let Some(tls) = TLS_CONNS.get_ptr_mut(&sk) else {
         return true;
     };
     // SAFETY: a live map value.
     let tls = unsafe { &mut *tls };
-    if tls.hs_end_ns == 0 {
+    let hs_end = tls.hs_end_ns;
+    if hs_end == 0 {
+        if !tx {
+            tls.sk_recv_after_hs_ns = now;
+        }
         return false;
     }
-    let (first, other_first, answer) = if tx {
-        (
-            &mut tls.sk_send_after_hs_ns,
-            tls.sk_recv_after_hs_ns,
-            &mut tls.sk_send_after_recv_ns,
-        )
-    } else {
-        (
-            &mut tls.sk_recv_after_hs_ns,
-            tls.sk_send_after_hs_ns,
-            &mut tls.sk_recv_after_send_ns,
-        )
-    };
-    let first_unset = *first == 0;
-    let answer_unset = other_first != 0 && *answer == 0;
-    if first_unset || answer_unset {
-        let now = now_ns();
-        if first_unset {
-            *first = now;
+    if tx {
+        if tls.sk_send_after_hs_ns == 0 {
+            tls.sk_send_after_hs_ns = now;
         }
-        if answer_unset {
-            *answer = now;
+        if tls.sk_recv_after_hs_ns != 0 && tls.sk_send_after_recv_ns == 0 {
+            tls.sk_send_after_recv_ns = now;
+        }
+    } else {
+        let during_handshake = tls.sk_recv_after_hs_ns < hs_end && tls.sk_send_after_hs_ns == 0;
+        if tls.sk_recv_after_hs_ns == 0 || during_handshake {
+            tls.sk_recv_after_hs_ns = now;
+        }
+        if tls.sk_send_after_hs_ns != 0 && tls.sk_recv_after_send_ns == 0 {
+            tls.sk_recv_after_send_ns = now;
         }
     }
     tls.sk_send_after_hs_ns != 0

@@ -24,8 +24,9 @@
 //! for the connection's record, the ServerHello's `supported_versions`
 //! (TLS 1.3) or its legacy version (1.2 and older) is the version.
 //!
-//! A library probe that ties a session to the socket replaces the entry
-//! (`tls_state::bind`), and the packet programs stop reading it; rustls,
+//! A library session tied to the socket (through the descriptor a probe
+//! saw, or by a packet sent inside its call: `tls_state`) replaces the
+//! entry, and the packet programs stop reading it; rustls,
 //! whose probes see no handshake call, takes the entry over and leaves the
 //! handshake to the wire.
 

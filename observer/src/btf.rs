@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use observer_common::{hold::ExeWalk, tls::go::FdWalk};
+use observer_common::{hold::ExeWalk, tls::go::FdWalk, TcpCounters};
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
@@ -223,6 +223,10 @@ pub struct KernelOffsets {
     /// so a packet sent then was sent by that task (0: unknown, sessions
     /// without a descriptor are not tied by their packets).
     pub sk_lock_owned: u32,
+    /// `struct tcp_sock`'s byte and segment counters, copied into records
+    /// (all 0 when not found: bytes and segments read 0).
+    #[serde(skip)]
+    pub tcp_counters: TcpCounters,
     /// Where a task's open files are, to go from a Go connection's file
     /// descriptor to its socket; None: Go connections stay untied.
     #[serde(skip)]
@@ -252,13 +256,28 @@ pub fn kernel_offsets() -> Result<KernelOffsets, String> {
             tracing::warn!("TLS sessions without a descriptor cannot be tied by their packets: {e}")
         })
         .unwrap_or(0);
+    let tcp_counters = tcp_counters_of(&types)
+        .map_err(|e| tracing::warn!("connections' bytes and segments cannot be read: {e}"))
+        .unwrap_or_default();
     Ok(KernelOffsets {
         sk_err: get("sock", "sk_err")?,
         srtt_us: get("tcp_sock", "srtt_us")?,
         sk_lock_owned,
+        tcp_counters,
         fd_to_socket: fd_walk.is_some(),
         fd_walk,
         exe_walk,
+    })
+}
+
+fn tcp_counters_of(t: &Types) -> Result<TcpCounters, BtfError> {
+    Ok(TcpCounters {
+        bytes_sent: t.member("tcp_sock", "bytes_sent")?,
+        bytes_retrans: t.member("tcp_sock", "bytes_retrans")?,
+        bytes_received: t.member("tcp_sock", "bytes_received")?,
+        data_segs_out: t.member("tcp_sock", "data_segs_out")?,
+        data_segs_in: t.member("tcp_sock", "data_segs_in")?,
+        sk_flags: t.nested_member("sock", "__sk_common", "skc_flags")?,
     })
 }
 
@@ -373,6 +392,16 @@ mod tests {
                 && off.sk_lock_owned.is_multiple_of(4),
             "{off:?}"
         );
+        // The counters sit in tcp_sock beyond its embedded struct sock,
+        // the byte counts 8-aligned.
+        let c = off.tcp_counters;
+        for f in [c.bytes_sent, c.bytes_retrans, c.bytes_received] {
+            assert!(f > 700 && f.is_multiple_of(8), "{c:?}");
+        }
+        assert!(c.sk_flags > 0 && c.sk_flags < 1000, "{c:?}");
+        for f in [c.data_segs_out, c.data_segs_in] {
+            assert!(f > 700 && f.is_multiple_of(4), "{c:?}");
+        }
         // A socket's file keeps the socket behind private_data; a task's
         // file table is a pointer away from the task.
         let w = off.fd_walk.expect("the fd -> socket walk in vmlinux BTF");

@@ -31,6 +31,9 @@ pub trait KernelConns {
     fn lookup_tls(&self, _sk: u64) -> Option<TlsConn> {
         None
     }
+    /// Brings an open connection's byte and segment counts up to date
+    /// before it is looked up for a snapshot.
+    fn refresh(&self, _sk: u64) {}
 }
 
 struct Live {
@@ -460,6 +463,7 @@ impl ConnTable {
             if now_ns.saturating_sub(live.last_snapshot_ns) < interval_ns {
                 continue;
             }
+            kernel.refresh(sk);
             match kernel.lookup(sk) {
                 // Closed, waiting for the socket to be destroyed: its final
                 // record is on its way.
@@ -502,6 +506,7 @@ impl ConnTable {
     pub fn drain_open(&mut self, kernel: &impl KernelConns) -> Vec<ConnRecord> {
         let mut out = Vec::new();
         for (sk, live) in self.live.drain() {
+            kernel.refresh(sk);
             match kernel.lookup(sk) {
                 Some(conn) => {
                     // Closed but not destroyed yet (the owner still holds the fd).

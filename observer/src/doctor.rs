@@ -141,7 +141,7 @@ fn status(s: &ProgramState) -> &'static str {
 fn rows(states: &[(&'static Program, ProgramState)]) -> (Vec<ProbeRow>, Vec<ProgramRow>) {
     let probes = states
         .iter()
-        .filter(|(p, _)| p.feature == Feature::Connections)
+        .filter(|(p, _)| p.feature == Feature::Connections && p.hook.attaches())
         .map(|(p, s)| ProbeRow {
             program: p.name,
             tracepoint: p.hook.target(),
@@ -312,10 +312,37 @@ pub fn print(r: &Report, verbose: bool) {
     } else {
         println!("  eBPF object  loaded (ring buffer, connection map, counters)");
         match (&r.offsets, &r.offsets_error) {
-            (Some(o), _) => println!(
-                "  BTF offsets  sock.sk_err {}, tcp_sock.srtt_us {}: errors and RTT readable",
-                o.sk_err, o.srtt_us
-            ),
+            (Some(o), _) => {
+                println!(
+                    "  BTF offsets  sock.sk_err {}, tcp_sock.srtt_us {}: errors and RTT readable",
+                    o.sk_err, o.srtt_us
+                );
+                let c = &o.tcp_counters;
+                println!(
+                    "  BTF offsets  tcp_sock.bytes_sent {}, bytes_retrans {}, bytes_received {}, \
+                     data_segs_out {}, data_segs_in {}, sock.sk_flags {}: bytes and segments{}",
+                    c.bytes_sent,
+                    c.bytes_retrans,
+                    c.bytes_received,
+                    c.data_segs_out,
+                    c.data_segs_in,
+                    c.sk_flags,
+                    if c.bytes_sent == 0 {
+                        " LOST"
+                    } else {
+                        " readable"
+                    }
+                );
+                println!(
+                    "  BTF offsets  sock.sk_lock.owned {}: {}",
+                    o.sk_lock_owned,
+                    if o.sk_lock_owned == 0 {
+                        "inbound owners LOST, TLS sessions without a descriptor untied"
+                    } else {
+                        "inbound owners and TLS sessions without a descriptor from their packets"
+                    }
+                );
+            }
             (None, e) => println!(
                 "  BTF offsets  unknown ({}): \"timeout\"/\"unreachable\" errors and srtt_us lost",
                 e.as_deref().unwrap_or("?")

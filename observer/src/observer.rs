@@ -118,7 +118,12 @@ impl Observer {
         let loaded = ebpf::load(&options.load, options.dns_wire, &tracefs)?;
         let mut probes = Probes::new(loaded.ebpf);
         for p in programs::of(Feature::Connections) {
-            if let Err(e) = probes.attach_tracepoint(p.name, &tracefs) {
+            let r = if p.hook.attaches() {
+                probes.attach_tracepoint(p.name, &tracefs)
+            } else {
+                probes.load(p.name)
+            };
+            if let Err(e) = r {
                 tracing::warn!(program = p.name, "lost: {}: {}", p.gives, ebpf::chain(&e));
             }
         }
@@ -284,9 +289,10 @@ impl View<'_> {
     }
 
     fn connections(&self) -> State {
-        let rows = self.rows(Feature::Connections);
+        let mut rows = self.rows(Feature::Connections);
+        rows.retain(|(p, _)| p.hook.attaches());
         let attached = rows.iter().filter(|(_, s)| s.attached > 0).count();
-        let missing: Vec<String> = rows
+        let mut missing: Vec<String> = rows
             .iter()
             .filter(|(_, s)| s.attached == 0)
             .map(|(p, s)| {
@@ -297,6 +303,15 @@ impl View<'_> {
                 )
             })
             .collect();
+        // First bytes and inbound owners come from the packet programs.
+        let packets = ["packets_egress", "packets_ingress"]
+            .iter()
+            .all(|p| self.probes.state(p).is_some_and(|s| s.attached > 0));
+        if !packets {
+            missing.push(
+                "first bytes and inbound owners lost: the packet programs are not attached".into(),
+            );
+        }
         let counts = format!("{attached}/{} programs attached", rows.len());
         if let Err(e) = verdict(self.probes, self.emit_at_destroy) {
             State::Off(e.to_string())

@@ -101,6 +101,16 @@ pub enum Hook {
     CgroupSkb { direction: Direction },
     /// On the root cgroup v2, at every socket's release.
     CgroupSockRelease,
+    /// Never attached: the observer runs it now and then
+    /// (`BPF_PROG_TEST_RUN`, a raw tracepoint program given arguments).
+    Run,
+}
+
+impl Hook {
+    /// Whether the program goes on a hook at all.
+    pub fn attaches(&self) -> bool {
+        !matches!(self, Hook::Run)
+    }
 }
 
 fn layout_name<S: serde::Serializer>(l: &Layout, s: S) -> Result<S::Ok, S::Error> {
@@ -123,6 +133,7 @@ impl Hook {
             }
             Hook::CgroupSkb { direction } => format!("cgroup_skb {direction:?}").to_lowercase(),
             Hook::CgroupSockRelease => "cgroup sock_release".into(),
+            Hook::Run => "run by the observer".into(),
         }
     }
 }
@@ -148,17 +159,6 @@ const fn tp(name: &'static str, layout: Layout, required: bool, gives: &'static 
         feature: Feature::Connections,
         also: None,
         required,
-        gives,
-    }
-}
-
-const fn raw(name: &'static str, layout: Layout, gives: &'static str) -> Program {
-    Program {
-        name,
-        hook: Hook::RawTracePoint { layout },
-        feature: Feature::Connections,
-        also: None,
-        required: false,
         gives,
     }
 }
@@ -206,16 +206,15 @@ pub const PROGRAMS: &[Program] = &[
         true,
         "connection lifecycle: every record, connect time, failures",
     ),
-    raw(
-        "sock_send_length",
-        tracepoints::sock_send_length::LAYOUT,
-        "bytes sent, time to first byte, inbound process attribution",
-    ),
-    raw(
-        "sock_recv_length",
-        tracepoints::sock_recv_length::LAYOUT,
-        "bytes received, time to first byte, inbound process attribution",
-    ),
+    Program {
+        name: "conn_counters",
+        hook: Hook::Run,
+        feature: Feature::Connections,
+        also: None,
+        required: false,
+        gives: "bytes and segments of open connections' snapshots (closed ones' are read \
+                at close)",
+    },
     tp(
         "tcp_retransmit_skb",
         tracepoints::tcp_retransmit_skb::LAYOUT,
@@ -526,8 +525,9 @@ pub const PROGRAMS: &[Program] = &[
         feature: HttpPlain,
         also: Some(DnsWire),
         required: false,
-        gives: "requests (and a server's answers) sent on plain TCP connections; \
-                DNS queries sent to port 53, with the sending process",
+        gives: "first bytes sent, inbound process attribution, TLS sessions without a \
+                descriptor; requests (and a server's answers) sent on plain TCP \
+                connections; DNS queries sent to port 53, with the sending process",
     },
     Program {
         name: "packets_ingress",
@@ -537,8 +537,8 @@ pub const PROGRAMS: &[Program] = &[
         feature: HttpPlain,
         also: Some(DnsWire),
         required: false,
-        gives: "answers (and a server's requests) received on plain TCP connections; \
-                DNS answers from port 53",
+        gives: "first bytes received; answers (and a server's requests) received on \
+                plain TCP connections; DNS answers from port 53",
     },
 ];
 
@@ -624,6 +624,7 @@ mod tests {
                     (Direction::Egress, Some(CgroupSkbAttachType::Egress))
                         | (Direction::Ingress, Some(CgroupSkbAttachType::Ingress))
                 ),
+                (Hook::Run, S::RawTracePoint) => true,
                 (Hook::CgroupSockRelease, S::CgroupSock { attach_type }) => {
                     matches!(attach_type, CgroupSockAttachType::SockRelease)
                 }

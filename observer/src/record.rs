@@ -77,10 +77,15 @@ pub struct ConnRecord {
     pub duration_ns: Option<u64>,
     pub connect_ns: Option<u64>,
     pub ttfb_ns: Option<u64>,
+    /// Payload bytes each way: the kernel's own counters (sent less
+    /// retransmitted, received in order), read when the record is made.
     pub bytes_sent: u64,
     pub bytes_received: u64,
-    pub send_calls: u32,
-    pub recv_calls: u32,
+    /// TCP segments that carried data, each way (`tcp_info`'s
+    /// data_segs_out, data_segs_in). They replace per-call counts
+    /// (`send_calls`, `recv_calls`): no per-call hook is on any data path.
+    pub segments_sent: u32,
+    pub segments_received: u32,
     pub retransmits: u32,
     pub resets: u32,
     pub resets_sent: u32,
@@ -266,8 +271,8 @@ impl ConnRecord {
             ttfb_ns,
             bytes_sent: conn.bytes_tx,
             bytes_received: conn.bytes_rx,
-            send_calls: conn.tx_calls,
-            recv_calls: conn.rx_calls,
+            segments_sent: conn.segs_out,
+            segments_received: conn.segs_in,
             retransmits: conn.retransmits,
             resets: u32::from(conn.resets_rx) + u32::from(conn.resets_tx),
             resets_sent: u32::from(conn.resets_tx),

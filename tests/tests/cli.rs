@@ -91,7 +91,7 @@ fn duration_stops_by_itself_with_a_summary() {
     );
     assert!(
         err.lines().any(|l| l.starts_with("ready: ")
-            && l.contains("; connections: on (9/9 programs attached); ")),
+            && l.contains("; connections: on (7/7 programs attached); ")),
         "{err}"
     );
     assert!(err.lines().any(|l| l.starts_with("summary: ")), "{err}");
@@ -102,10 +102,12 @@ fn duration_stops_by_itself_with_a_summary() {
 }
 
 /// A program doctor shows "loaded" on this machine: nothing here for it
-/// to attach to (see `doctor_reports_every_probe_attached`).
+/// to attach to (see `doctor_reports_every_probe_attached`), or one the
+/// observer runs itself and never attaches.
 fn waits_to_attach(name: &str) -> bool {
     use observer::programs::{get, Hook, Library};
     name == "ssl_set_host_name"
+        || get(name).is_some_and(|p| !p.hook.attaches())
         || get(name).is_some_and(|p| {
             matches!(p.hook, Hook::UProbe { functions, .. }
                 if functions.iter().all(|(l, _)| matches!(l, Library::Go | Library::Rustls)))
@@ -128,7 +130,7 @@ fn doctor_reports_every_probe_attached() {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert!(v["kernel"].as_str().unwrap().starts_with(release.trim()));
     let probes = v["probes"].as_array().unwrap();
-    assert_eq!(probes.len(), 9);
+    assert_eq!(probes.len(), 7);
     for p in probes {
         assert_eq!(p["status"], "attached", "{p}");
         assert!(!p["feature"].as_str().unwrap().is_empty());
@@ -250,7 +252,8 @@ fn under_reduced_privileges_each_feature_says_whether_it_works() {
     assert_eq!(code, Some(0), "{err}");
     let ready = err.lines().find(|l| l.starts_with("ready: ")).expect(&err);
     for want in [
-        "; connections: on (9/9 programs attached)",
+        "; connections: degraded (7/7 programs attached; first bytes and inbound owners lost: \
+         the packet programs are not attached)",
         "; TLS handshakes: on (",
         "openssl /usr/lib/x86_64-linux-gnu/libssl.so.3",
         "; TLS plaintext timing: on (",
@@ -266,7 +269,7 @@ fn under_reduced_privileges_each_feature_says_whether_it_works() {
         .find(|l| l.starts_with("summary: "))
         .expect(&err);
     assert!(
-        summary.contains("features: connections on, TLS handshakes on, TLS plaintext timing on, DNS library on, DNS wire off, plain HTTP requests off"),
+        summary.contains("features: connections degraded, TLS handshakes on, TLS plaintext timing on, DNS library on, DNS wire off, plain HTTP requests off"),
         "{summary}"
     );
     // doctor reaches the same verdict (it can run) and the same states.
@@ -283,7 +286,7 @@ fn under_reduced_privileges_each_feature_says_whether_it_works() {
             .map(|x| x[1]["state"].clone())
             .unwrap()
     };
-    assert_eq!(state("connections"), "on");
+    assert_eq!(state("connections"), "degraded");
     assert_eq!(state("tls_handshakes"), "on");
     assert_eq!(state("dns_library"), "on");
     assert_eq!(state("dns_wire"), "off");

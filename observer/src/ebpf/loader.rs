@@ -1,11 +1,12 @@
 //! Prepare (parse the object, set load-time constants and map sizes, create
 //! maps) apart from attach (side effects), both public so tests reuse them.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray},
-    programs::Program,
+    programs::{Program, ProgramFd, RawTracePoint},
     Ebpf, EbpfLoader,
 };
 use observer_common::{
@@ -13,7 +14,8 @@ use observer_common::{
     tls::{go::FD_WALK_GLOBAL, BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
     tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES, DNS_WIRE_GLOBAL, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL,
-    SK_ERR_OFFSET_GLOBAL, SK_LOCK_OWNED_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    SK_ERR_OFFSET_GLOBAL, SK_LOCK_OWNED_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, TCP_COUNTERS_GLOBAL,
+    WAKEUP_BYTES_GLOBAL,
 };
 
 use crate::{conntrack::KernelConns, tracefs};
@@ -95,6 +97,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .ok()
         .and_then(|o| o.exe_walk)
         .unwrap_or_default();
+    let tcp_counters = offsets.as_ref().map(|o| o.tcp_counters).unwrap_or_default();
     let emit_at_destroy =
         tracefs::check_layout(tracefs, &tracepoints::tcp_destroy_sock::LAYOUT).is_ok();
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
@@ -116,6 +119,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .override_global(SK_LOCK_OWNED_OFFSET_GLOBAL, &sk_lock_owned, true)
         .override_global(FD_WALK_GLOBAL, &fd_walk, true)
         .override_global(EXE_WALK_GLOBAL, &exe_walk, true)
+        .override_global(TCP_COUNTERS_GLOBAL, &tcp_counters, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .override_global(BUSY_CALLS_GLOBAL, &busy_calls, true)
         .override_global(DNS_WIRE_GLOBAL, &u32::from(dns_wire), true)
@@ -185,11 +189,17 @@ impl KernelCounters {
     }
 }
 
-/// The kernel's CONNS and TLS_CONNS maps, read by the correlator for snapshots.
+/// The kernel's CONNS and TLS_CONNS maps, read by the correlator for
+/// snapshots, and the program that copies a socket's byte and segment
+/// counters into CONNS before one is read.
 pub struct KernelConnMap {
     pub conns: HashMap<MapData, u64, Conn>,
     pub tls: Option<HashMap<MapData, u64, TlsConn>>,
+    counters: Option<ProgramFd>,
 }
+
+/// The never-attached program run by [`KernelConnMap::refresh`].
+const CONN_COUNTERS: &str = "conn_counters";
 
 impl KernelConnMap {
     pub fn take(ebpf: &mut Ebpf) -> Option<Self> {
@@ -197,8 +207,28 @@ impl KernelConnMap {
         let tls = ebpf
             .take_map(TLS_CONNS_MAP)
             .and_then(|m| HashMap::try_from(m).ok());
-        HashMap::try_from(map).ok().map(|conns| Self { conns, tls })
+        let counters = load_counters(ebpf)
+            .map_err(|e| tracing::warn!("open connections' bytes and segments not read: {e}"))
+            .ok();
+        HashMap::try_from(map).ok().map(|conns| Self {
+            conns,
+            tls,
+            counters,
+        })
     }
+}
+
+/// Loads the counters program and keeps its own descriptor, so that it
+/// outlives [`detach_all`] for the snapshots taken after it.
+fn load_counters(ebpf: &mut Ebpf) -> anyhow::Result<ProgramFd> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(CONN_COUNTERS)
+        .ok_or_else(|| anyhow::anyhow!("no {CONN_COUNTERS} program in the object"))?
+        .try_into()?;
+    if prog.fd().is_err() {
+        prog.load()?;
+    }
+    Ok(prog.fd()?.try_clone()?)
 }
 
 impl KernelConns for KernelConnMap {
@@ -209,4 +239,60 @@ impl KernelConns for KernelConnMap {
     fn lookup_tls(&self, sk: u64) -> Option<TlsConn> {
         self.tls.as_ref()?.get(&sk, 0).ok()
     }
+
+    fn refresh(&self, sk: u64) {
+        if let Some(fd) = &self.counters {
+            if let Err(e) = test_run_raw_tp(fd.as_fd(), &[sk]) {
+                tracing::debug!("{CONN_COUNTERS}: {e}");
+            }
+        }
+    }
+}
+
+/// `union bpf_attr` as BPF_PROG_TEST_RUN reads it.
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _pad: u32,
+}
+
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+/// Runs a raw tracepoint program once with `args` as its arguments.
+fn test_run_raw_tp(fd: BorrowedFd<'_>, args: &[u64]) -> std::io::Result<u32> {
+    let mut attr = TestRunAttr {
+        prog_fd: fd.as_raw_fd() as u32,
+        ctx_size_in: std::mem::size_of_val(args) as u32,
+        ctx_in: args.as_ptr() as u64,
+        ..TestRunAttr::default()
+    };
+    // SAFETY: `attr` is a valid, zero-padded bpf_attr for this command; the
+    // kernel reads `args` (alive for the call) and writes `retval`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<TestRunAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(attr.retval)
 }

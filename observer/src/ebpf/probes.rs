@@ -352,7 +352,9 @@ impl Probes {
         let ebpf = &mut self.ebpf;
         match row(name)?.hook {
             Hook::TracePoint { .. } => typed::<TracePoint>(ebpf, name)?.load().map_err(load),
-            Hook::RawTracePoint { .. } => typed::<RawTracePoint>(ebpf, name)?.load().map_err(load),
+            Hook::RawTracePoint { .. } | Hook::Run => {
+                typed::<RawTracePoint>(ebpf, name)?.load().map_err(load)
+            }
             Hook::UProbe { .. } if self.multi => {
                 typed::<UProbe>(ebpf, name)?.load_multi().map_err(load)?;
                 self.loaded_multi.insert(name);
