@@ -4,7 +4,10 @@
 
 use serde_json::Value;
 
-use crate::{http::RequestRecord, record::ConnRecord};
+use crate::{
+    http::RequestRecord,
+    record::{ip_text, ConnRecord},
+};
 
 /// The lookup that led to the call.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -219,9 +222,9 @@ impl Call {
         c.pid = r.pid;
         c.comm = r.comm.as_deref().map(str::to_owned);
         c.direction = direction(r.direction);
-        c.local_addr = r.local_addr.to_string();
+        c.local_addr = ip_text(&r.local_addr);
         c.local_port = r.local_port;
-        c.remote_addr = r.remote_addr.to_string();
+        c.remote_addr = ip_text(&r.remote_addr);
         c.remote_port = r.remote_port;
         c
     }
@@ -255,9 +258,9 @@ impl Call {
         self.direction = direction(r.direction);
         self.pid = r.pid;
         self.comm = r.comm.as_deref().map(str::to_owned);
-        self.local_addr = r.local_addr.to_string();
+        self.local_addr = ip_text(&r.local_addr);
         self.local_port = r.local_port;
-        self.remote_addr = r.remote_addr.to_string();
+        self.remote_addr = ip_text(&r.remote_addr);
         self.remote_port = r.remote_port;
         self.start_unix_ns = r.start_unix_ns;
         self.host = r

@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::{
 };
 
 use super::attrs::{error_type, s};
-use crate::record::{ConnRecord, Direction, Family};
+use crate::record::{ip_text, ConnRecord, Direction, Family};
 
 /// Explicit bucket bounds in seconds, 100 us to 10 s.
 pub const BUCKETS: [f64; 16] = [
@@ -327,10 +327,10 @@ impl Metrics {
                     .as_ref()
                     .and_then(|t| t.server_name.as_deref())
                     .or(r.dns.as_ref().map(|d| &*d.name))
-                    .map_or_else(|| r.remote_addr.to_string(), str::to_owned),
+                    .map_or_else(|| ip_text(&r.remote_addr), str::to_owned),
                 r.remote_port,
             ),
-            Direction::Inbound => (r.local_addr.to_string(), r.local_port),
+            Direction::Inbound => (ip_text(&r.local_addr), r.local_port),
         };
         let direction = match r.direction {
             Direction::Outbound => "outbound",

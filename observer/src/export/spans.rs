@@ -16,7 +16,7 @@ use super::{
 use crate::{
     dns::DnsRecord,
     http::RequestRecord,
-    record::{ConnRecord, Direction, Family},
+    record::{ip_text, ConnRecord, Direction, Family},
 };
 
 /// What goes out as a trace.
@@ -113,11 +113,11 @@ fn ends(r: &ConnRecord) -> Ends {
         .or(r.dns.as_ref().map(|d| &*d.name));
     match r.direction {
         Direction::Outbound => Ends {
-            server_addr: name.map_or_else(|| r.remote_addr.to_string(), str::to_owned),
+            server_addr: name.map_or_else(|| ip_text(&r.remote_addr), str::to_owned),
             server_port: r.remote_port,
         },
         Direction::Inbound => Ends {
-            server_addr: r.local_addr.to_string(),
+            server_addr: ip_text(&r.local_addr),
             server_port: r.local_port,
         },
     }
@@ -148,9 +148,9 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
             .map_or(start, |d| d.as_nanos() as u64)
     });
     let mut attrs = vec![
-        s("network.peer.address", r.remote_addr.to_string()),
+        s("network.peer.address", ip_text(&r.remote_addr)),
         i("network.peer.port", i64::from(r.remote_port)),
-        s("network.local.address", r.local_addr.to_string()),
+        s("network.local.address", ip_text(&r.local_addr)),
         i("network.local.port", i64::from(r.local_port)),
         s(
             "network.type",
@@ -167,7 +167,7 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         i("observer.bytes_received", r.bytes_received as i64),
     ];
     if r.direction == Direction::Inbound {
-        attrs.push(s("client.address", r.remote_addr.to_string()));
+        attrs.push(s("client.address", ip_text(&r.remote_addr)));
         attrs.push(i("client.port", i64::from(r.remote_port)));
     }
     if let Some(d) = &r.dns {
@@ -311,11 +311,15 @@ fn phase_spans(r: &ConnRecord, e: &Ends, w: &Window, ids: &mut Ids, out: &mut Ve
     if let Some(c) = r.connect_ns {
         out.push(w.child(
             ids,
-            format!("socket connect {}:{}", r.remote_addr, r.remote_port),
+            format!(
+                "socket connect {}:{}",
+                ip_text(&r.remote_addr),
+                r.remote_port
+            ),
             r.start_unix_ns,
             c,
             vec![
-                s("network.peer.address", r.remote_addr.to_string()),
+                s("network.peer.address", ip_text(&r.remote_addr)),
                 i("network.peer.port", i64::from(r.remote_port)),
             ],
         ));

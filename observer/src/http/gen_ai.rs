@@ -30,10 +30,10 @@ pub fn api(path: &str) -> Option<((&'static str, &'static str), Option<String>)>
     }
     // OpenAI's own paths sit under a version (or a gateway's prefix), or at
     // a base URL's root.
+    // No allocation: this runs for every request the host makes or serves.
     let openai = |suffix: &str| {
-        path == suffix
-            || path.ends_with(&format!("/v1{suffix}"))
-            || path.ends_with(&format!("/openai{suffix}"))
+        path.strip_suffix(suffix)
+            .is_some_and(|p| p.is_empty() || p.ends_with("/v1") || p.ends_with("/openai"))
     };
     let kind = if path.ends_with("/chat/completions") {
         ("openai", "chat")

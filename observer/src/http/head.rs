@@ -1,5 +1,7 @@
 //! Request and response heads of HTTP/1.x.
 
+use std::borrow::Cow;
+
 use super::scan::find;
 
 /// How a message's body ends.
@@ -52,7 +54,8 @@ pub fn could_begin_request(b: &[u8]) -> bool {
 
 /// A request head at the start of `b`.
 pub fn request(b: &[u8]) -> Option<Head> {
-    let (first, headers, len) = split(b)?;
+    let (text, len) = head_text(b);
+    let (first, headers) = text.split_once("\r\n").unwrap_or((&text, ""));
     let mut parts = first.split(' ');
     let method = parts.next()?;
     if !METHODS.contains(&method) {
@@ -79,7 +82,8 @@ pub fn request(b: &[u8]) -> Option<Head> {
 
 /// A response head at the start of `b`.
 pub fn response(b: &[u8]) -> Option<Head> {
-    let (first, headers, len) = split(b)?;
+    let (text, len) = head_text(b);
+    let (first, headers) = text.split_once("\r\n").unwrap_or((&text, ""));
     let mut parts = first.split(' ');
     if !parts.next()?.starts_with("HTTP/1.") {
         return None;
@@ -93,16 +97,14 @@ pub fn response(b: &[u8]) -> Option<Head> {
     Some(h)
 }
 
-/// The first line, the header lines, and the head's length if its end is
-/// in `b`.
-fn split(b: &[u8]) -> Option<(String, String, Option<usize>)> {
+/// The head's text (borrowed unless it needed repair), and its length if
+/// its end is in `b`.
+fn head_text(b: &[u8]) -> (Cow<'_, str>, Option<usize>) {
     let (head, len) = match find(b, b"\r\n\r\n") {
         Some(i) => (&b[..i], Some(i + 4)),
         None => (b, None),
     };
-    let text = String::from_utf8_lossy(head);
-    let (first, rest) = text.split_once("\r\n").unwrap_or((&text, ""));
-    Some((first.to_owned(), rest.to_owned(), len))
+    (String::from_utf8_lossy(head), len)
 }
 
 impl Head {
@@ -121,27 +123,28 @@ impl Head {
     }
 }
 
-fn fields(headers: String, len: Option<usize>) -> Head {
+fn fields(headers: &str, len: Option<usize>) -> Head {
     let mut h = Head::empty(len);
     for line in headers.split("\r\n") {
         let Some((k, v)) = line.split_once(':') else {
             continue;
         };
         let v = v.trim();
-        match k.trim().to_ascii_lowercase().as_str() {
-            "host" => h.host = Some(v.to_owned()),
-            "content-type" => {
-                h.content_type = Some(v.split(';').next().unwrap_or(v).trim().to_owned());
+        // Compared in place: a lowercased copy of every field name was a
+        // large part of reading a head.
+        let k = k.trim();
+        if k.eq_ignore_ascii_case("host") {
+            h.host = Some(v.to_owned());
+        } else if k.eq_ignore_ascii_case("content-type") {
+            h.content_type = Some(v.split(';').next().unwrap_or(v).trim().to_owned());
+        } else if k.eq_ignore_ascii_case("content-length") && h.framing != Framing::Chunked {
+            if let Ok(n) = v.parse() {
+                h.framing = Framing::Length(n);
             }
-            "content-length" if h.framing != Framing::Chunked => {
-                if let Ok(n) = v.parse() {
-                    h.framing = Framing::Length(n);
-                }
-            }
-            "transfer-encoding" if v.to_ascii_lowercase().contains("chunked") => {
-                h.framing = Framing::Chunked;
-            }
-            _ => {}
+        } else if k.eq_ignore_ascii_case("transfer-encoding")
+            && v.to_ascii_lowercase().contains("chunked")
+        {
+            h.framing = Framing::Chunked;
         }
     }
     h

@@ -8,7 +8,7 @@ use super::conversation::{Cut, Exchange};
 use crate::{
     clock::Clock,
     output::{fmt_bytes, fmt_ns, fmt_time},
-    record::{ConnRecord, Direction},
+    record::{ip_text, ConnRecord, Direction},
 };
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -284,10 +284,10 @@ impl RequestRecord {
                 self.host
                     .as_deref()
                     .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name).to_owned())
-                    .unwrap_or_else(|| self.remote_addr.to_string()),
+                    .unwrap_or_else(|| ip_text(&self.remote_addr)),
                 self.remote_port,
             ),
-            Direction::Inbound => (self.local_addr.to_string(), self.local_port),
+            Direction::Inbound => (ip_text(&self.local_addr), self.local_port),
         }
     }
 
