@@ -339,7 +339,7 @@ mod tests {
             "::ffff:1.2.3.4",
         ]
         .iter()
-        .map(|s| s.parse().unwrap())
+        .map(|s| s.parse().expect("an address"))
         .collect();
         ips.extend((0..=255u8).map(|o| IpAddr::from([o, 255 - o, o / 3, o % 10])));
         for ip in ips {
