@@ -6,7 +6,10 @@
 //! produces snapshots of long-lived connections (periodic updates, and at stop)
 //! by reading CONNS directly.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use observer_common::{
     tls::{TLS_HS_DONE, TLS_HS_STARTED},
@@ -105,6 +108,9 @@ pub struct ConnTable {
     /// owner was known (a server's socket: the hello arrives before the
     /// server reads it).
     early_names: HashMap<u64, Arc<str>>,
+    /// Sockets of `http` or `early_names` without an owner that were
+    /// missing from CONNS at the last snapshot pass.
+    ownerless_missing: HashSet<u64>,
     /// Closes waiting for an exchange's last bytes (see CLOSE_LINGER_NS).
     closing: Vec<Closing>,
     /// Connection records of closes that waited, not yet taken by the
@@ -133,6 +139,7 @@ impl ConnTable {
             tls_unmeasured: crate::stats::TlsFirstByteUnmeasured::default(),
             http: HashMap::new(),
             early_names: HashMap::new(),
+            ownerless_missing: HashSet::new(),
             closing: Vec::new(),
             conns_out: Vec::new(),
             close_lingered: 0,
@@ -492,12 +499,32 @@ impl ConnTable {
             self.live.remove(&sk);
             self.http.remove(&sk);
         }
-        // Conversations of sockets the table never knew, gone from CONNS.
-        self.http
-            .retain(|sk, _| self.live.contains_key(sk) || kernel.lookup(*sk).is_some());
-        self.early_names
-            .retain(|sk, _| kernel.lookup(*sk).is_some());
+        self.forget_ownerless(kernel);
         out
+    }
+
+    /// Drops what is held for sockets whose owner the table never learnt
+    /// (a server's conversation and hello before its first send) once they
+    /// are gone from CONNS on two passes in a row: on the first, their
+    /// socket's close, or the owner and the answer, may still be on their
+    /// way from the ring (the reader drains it in batches, and a tick runs
+    /// between two).
+    fn forget_ownerless(&mut self, kernel: &impl KernelConns) {
+        let missed_before = std::mem::take(&mut self.ownerless_missing);
+        let missing = &mut self.ownerless_missing;
+        let mut gone = |sk: u64| {
+            if missed_before.contains(&sk) {
+                return kernel.lookup(sk).is_none();
+            }
+            if kernel.lookup(sk).is_none() {
+                missing.insert(sk);
+            }
+            false
+        };
+        let live = &self.live;
+        self.http
+            .retain(|sk, _| live.contains_key(sk) || !gone(*sk));
+        self.early_names.retain(|sk, _| !gone(*sk));
     }
 
     /// Records of every connection still open, for when watching stops. Call it
@@ -944,5 +971,47 @@ mod tests {
             t.http.get(&3).is_some_and(|c| c.in_flight()),
             "the new one's own"
         );
+    }
+
+    /// A server's socket has no owner until it first sends; the snapshot
+    /// pass that runs while its answer (and, by then, its close) is still
+    /// in the ring finds it gone from CONNS once. Its request is kept and
+    /// answered, and only a socket missing on two passes is forgotten.
+    #[test]
+    fn an_ownerless_conversation_outlives_one_pass_that_misses_its_socket() {
+        let me = std::process::id();
+        let mut t = table();
+        let k = FakeKernel::default();
+        let server = Conn {
+            direction: DIR_INBOUND,
+            pid: 0,
+            flags: FLAG_ESTABLISHED,
+            ..conn(7, 0)
+        };
+        t.handle(plain(server, op::READ, 1_000, ASKED));
+        assert!(t.periodic(&k, 10_000, 100).is_empty());
+        let owned = Conn {
+            pid: me,
+            flags: FLAG_OWNED | FLAG_ESTABLISHED,
+            ..server
+        };
+        t.handle(owner_event(7, me));
+        t.handle(plain(owned, op::WRITE, 2_000, HEAD));
+        t.handle(plain(owned, op::WRITE, 2_100, b"hello"));
+        assert_eq!(t.requests_out.len(), 1, "the request survived the pass");
+        let q = &t.requests_out[0];
+        assert_eq!((q.method.as_deref(), q.status), (Some("GET"), Some(200)));
+
+        // A socket that really went (its close lost): two passes.
+        let lost = Conn {
+            direction: DIR_INBOUND,
+            ..conn(8, 0)
+        };
+        t.handle(plain(lost, op::READ, 3_000, ASKED));
+        t.periodic(&k, 20_000, 100);
+        assert!(t.http.contains_key(&8), "one miss is not enough");
+        t.periodic(&k, 30_000, 100);
+        assert!(!t.http.contains_key(&8), "two are");
+        assert!(t.ownerless_missing.is_empty(), "nothing left to watch");
     }
 }
