@@ -929,7 +929,8 @@ fn a_busy_go_server_stops_trapping() {
     let runs = go_plaintext_runs() - before;
     assert!(
         runs * 10 < LOAD,
-        "{LOAD} requests to the busy Go server ran the Go read/write programs {runs} times"
+        "{LOAD} requests to the busy Go server ran the Go read/write programs {runs} times; the observer said: {:?}",
+        w.stderr_seen()
     );
     let out = w.stop();
     drop(stats);
