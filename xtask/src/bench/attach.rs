@@ -73,20 +73,30 @@ fn wait_for(rx: &mpsc::Receiver<String>, prefix: &str, what: &str) -> Result<()>
     }
 }
 
+/// The loss counters of the observer's summary, one per stage.
+const LOSSES: [&str; 6] = [
+    "kernel_ring",
+    "kernel_map",
+    "kernel_missed",
+    "evicted",
+    "channel",
+    "output",
+];
+
 /// Every loss the observer's summary counts, by any stage.
 pub fn total_dropped(summary: &Value) -> u64 {
+    dropped_by_stage(summary).iter().map(|(_, n)| n).sum()
+}
+
+/// The stages that lost something, with their counts ("kernel_missed 1"),
+/// so that a round's loss says where it happened.
+pub fn dropped_by_stage(summary: &Value) -> Vec<(&'static str, u64)> {
     let d = &summary["dropped"];
-    [
-        "kernel_ring",
-        "kernel_map",
-        "kernel_missed",
-        "evicted",
-        "channel",
-        "output",
-    ]
-    .iter()
-    .map(|k| d[k].as_u64().unwrap_or(0))
-    .sum()
+    LOSSES
+        .iter()
+        .map(|&k| (k, d[k].as_u64().unwrap_or(0)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
 }
 
 /// The libssl that nginx and wrk map, for the peer's uprobes.

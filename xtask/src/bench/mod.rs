@@ -85,6 +85,8 @@ pub struct Sample {
     pub tool_peak_rss: u64,
     pub events: u64,
     pub dropped: u64,
+    /// Where the losses were, when there were any ("kernel_missed 1").
+    pub dropped_where: String,
     pub seconds: f64,
     /// From SIGINT to exit.
     pub shutdown_s: f64,
@@ -228,6 +230,12 @@ fn measure(root: &Path, server: Server, w: &Workload, mode: Mode, secs: u64) -> 
     let (events, dropped) = summary.as_ref().map_or((0, 0), |s| {
         (s["events"].as_u64().unwrap_or(0), attach::total_dropped(s))
     });
+    let dropped_where = summary.as_ref().map_or_else(String::new, |s| {
+        attach::dropped_by_stage(s)
+            .iter()
+            .map(|(k, n)| format!(" {k} {n}"))
+            .collect()
+    });
     let (connections, ebpf_ns) = summary.as_ref().map_or((0, 0), observer_costs);
     load::pause();
     Ok(Sample {
@@ -241,6 +249,7 @@ fn measure(root: &Path, server: Server, w: &Workload, mode: Mode, secs: u64) -> 
         tool_peak_rss: rss,
         events,
         dropped,
+        dropped_where,
         seconds: secs as f64,
         shutdown_s,
         connections,
@@ -305,8 +314,8 @@ fn run_workload(
             let s = measure(root, server, w, mode, secs)
                 .with_context(|| format!("{} under {}", w.name, mode.name()))?;
             eprintln!(
-                "bench: {:<16} round {round} {:<9} {:>10.0} req/s  p50 {:>7.0}us  p99 {:>7.0}us  tool cpu {:.2}s  events {}  dropped {}",
-                w.name, mode.name(), s.rps, s.p50_us, s.p99_us, s.tool_cpu_s, s.events, s.dropped
+                "bench: {:<16} round {round} {:<9} {:>10.0} req/s  p50 {:>7.0}us  p99 {:>7.0}us  tool cpu {:.2}s  events {}  dropped {}{}",
+                w.name, mode.name(), s.rps, s.p50_us, s.p99_us, s.tool_cpu_s, s.events, s.dropped, s.dropped_where
             );
             samples.push((mode, round, s));
         }
