@@ -232,11 +232,50 @@ fn describe(name: &str) -> &'static Described {
         .unwrap_or(&DESCRIPTIONS[0])
 }
 
+/// One kind of value by metric, then by labels: a record's labels are
+/// looked up borrowed (a series already seen costs no copy of them) and
+/// compared only with the same metric's series.
+struct Series<V>(BTreeMap<&'static str, BTreeMap<Labels, V>>);
+
+impl<V> Default for Series<V> {
+    fn default() -> Self {
+        Self(BTreeMap::new())
+    }
+}
+
+impl<V> Series<V> {
+    fn get_mut(
+        &mut self,
+        metric: &'static str,
+        labels: &[(&'static str, String)],
+    ) -> Option<&mut V> {
+        self.0.get_mut(metric)?.get_mut(labels)
+    }
+
+    fn entry(&mut self, metric: &'static str, labels: Labels) -> &mut V
+    where
+        V: Default,
+    {
+        self.0.entry(metric).or_default().entry(labels).or_default()
+    }
+
+    fn insert(&mut self, metric: &'static str, labels: Labels, v: V) {
+        self.0.entry(metric).or_default().insert(labels, v);
+    }
+
+    /// Every series in (metric, labels) order.
+    fn iter(&self) -> impl Iterator<Item = (&'static str, &Labels, &V)> {
+        self.0
+            .iter()
+            .flat_map(|(&name, m)| m.iter().map(move |(l, v)| (name, l, v)))
+    }
+}
+
 #[derive(Default)]
 pub struct Metrics {
-    hists: BTreeMap<(&'static str, Labels), Hist>,
-    counters: BTreeMap<(&'static str, Labels), u64>,
-    gauges: BTreeMap<(&'static str, Labels), f64>,
+    hists: Series<Hist>,
+    counters: Series<u64>,
+    gauges: Series<f64>,
     series: HashMap<&'static str, usize>,
     /// Series per metric; past it, values go to one overflow series.
     pub max_series: usize,
@@ -259,55 +298,52 @@ impl Metrics {
     }
 
     /// The labels to use for a new series of `metric`.
-    fn admit(&mut self, metric: &'static str, labels: Labels) -> Labels {
+    fn admit(&mut self, metric: &'static str, labels: &[(&'static str, String)]) -> Labels {
         let n = self.series.entry(metric).or_insert(0);
         if *n >= self.max_series {
             self.overflowed += 1;
             return overflow();
         }
         *n += 1;
-        labels
+        labels.to_vec()
     }
 
-    fn observe(&mut self, metric: &'static str, labels: Labels, secs: f64) {
+    fn observe(&mut self, metric: &'static str, labels: &[(&'static str, String)], secs: f64) {
         // A known series: found by the labels themselves, no copy of them.
-        let key = (metric, labels);
-        if let Some(h) = self.hists.get_mut(&key) {
+        if let Some(h) = self.hists.get_mut(metric, labels) {
             h.observe(bounds(metric), secs);
             return;
         }
-        let labels = self.admit(metric, key.1);
+        let labels = self.admit(metric, labels);
         self.hists
-            .entry((metric, labels))
-            .or_default()
+            .entry(metric, labels)
             .observe(bounds(metric), secs);
     }
 
-    fn add(&mut self, metric: &'static str, labels: Labels, v: u64) {
-        let key = (metric, labels);
-        if let Some(c) = self.counters.get_mut(&key) {
+    fn add(&mut self, metric: &'static str, labels: &[(&'static str, String)], v: u64) {
+        if let Some(c) = self.counters.get_mut(metric, labels) {
             *c += v;
             return;
         }
-        let labels = self.admit(metric, key.1);
-        *self.counters.entry((metric, labels)).or_default() += v;
+        let labels = self.admit(metric, labels);
+        *self.counters.entry(metric, labels) += v;
     }
 
     /// Sets a counter kept elsewhere (the observer's own loss counters).
     pub fn set_counter(&mut self, metric: &'static str, labels: Labels, v: u64) {
-        self.counters.insert((metric, labels), v);
+        self.counters.insert(metric, labels, v);
     }
 
     pub fn set_gauge(&mut self, metric: &'static str, labels: Labels, v: f64) {
-        self.gauges.insert((metric, labels), v);
+        self.gauges.insert(metric, labels, v);
     }
 
     /// Replaces every series of `metric` (a device or process gone stops
     /// being reported).
     pub fn replace_gauges(&mut self, metric: &'static str, values: Vec<(Labels, f64)>) {
-        self.gauges.retain(|(m, _), _| *m != metric);
+        self.gauges.0.remove(metric);
         for (l, v) in values {
-            self.gauges.insert((metric, l), v);
+            self.gauges.insert(metric, l, v);
         }
     }
 
@@ -348,13 +384,13 @@ impl Metrics {
             ("server.port", port.to_string()),
         ];
         if let Some(c) = r.connect_ns {
-            self.observe(CONNECT, base.clone(), c as f64 / 1e9);
+            self.observe(CONNECT, &base, c as f64 / 1e9);
         }
         if let Some(h) = r.tls.as_ref().and_then(|t| t.handshake_ns) {
-            self.observe(HANDSHAKE, base.clone(), h as f64 / 1e9);
+            self.observe(HANDSHAKE, &base, h as f64 / 1e9);
         }
         if let Some(t) = r.answer_ttfb_ns() {
-            self.observe(TTFB, base.clone(), t as f64 / 1e9);
+            self.observe(TTFB, &base, t as f64 / 1e9);
         }
         let mut outcome = base.clone();
         let err = r.error.map(error_type).or_else(|| {
@@ -366,15 +402,16 @@ impl Metrics {
         if let Some(e) = err {
             outcome.insert(1, ("error.type", e.into()));
         }
-        self.add(CONNECTIONS, outcome, 1);
+        self.add(CONNECTIONS, &outcome, 1);
         self.count_cause(crate::diagnose::cause_of_conn(r), "connection");
         if r.retransmits > 0 {
-            self.add(RETRANSMITS, base.clone(), u64::from(r.retransmits));
+            self.add(RETRANSMITS, &base, u64::from(r.retransmits));
         }
+        let mut l = base;
+        l.insert(2, ("network.io.direction", String::new()));
         for (dir, bytes) in [("transmit", r.bytes_sent), ("receive", r.bytes_received)] {
-            let mut l = base.clone();
-            l.insert(2, ("network.io.direction", dir.into()));
-            self.add(IO, l, bytes);
+            dir.clone_into(&mut l[2].1);
+            self.add(IO, &l, bytes);
         }
     }
 
@@ -382,7 +419,7 @@ impl Metrics {
     fn count_cause(&mut self, cause: &'static str, kind: &'static str) {
         self.add(
             DIAGNOSIS,
-            vec![
+            &[
                 ("cause", cause.into()),
                 ("observer.record.kind", kind.into()),
             ],
@@ -399,7 +436,7 @@ impl Metrics {
         if r.result != "ok" {
             l.insert(0, ("error.type", r.result.into()));
         }
-        self.observe(DNS, l, r.duration_ns as f64 / 1e9);
+        self.observe(DNS, &l, r.duration_ns as f64 / 1e9);
     }
 
     /// A finished HTTP request: its duration by method, status and server;
@@ -435,7 +472,7 @@ impl Metrics {
                 Direction::Outbound => RPC_CLIENT,
                 Direction::Inbound => RPC_SERVER,
             };
-            self.observe(metric, l, r.duration_ns as f64 / 1e6);
+            self.observe(metric, &l, r.duration_ns as f64 / 1e6);
             return;
         }
         let mut l: Labels = vec![
@@ -470,7 +507,7 @@ impl Metrics {
             Direction::Outbound => HTTP_CLIENT,
             Direction::Inbound => HTTP_SERVER,
         };
-        self.observe(metric, l, secs);
+        self.observe(metric, &l, secs);
         if let Some(g) = &r.gen_ai {
             self.record_gen_ai(r, g, (server, port), error, secs);
         }
@@ -507,29 +544,29 @@ impl Metrics {
         }
         let ttft = g.time_to_first_token_ns.map(|t| t as f64 / 1e9);
         if r.direction == Direction::Inbound {
-            self.observe(GENAI_SERVER_DURATION, with_error, secs);
+            self.observe(GENAI_SERVER_DURATION, &with_error, secs);
             if let Some(t) = ttft {
-                self.observe(GENAI_SERVER_FIRST_TOKEN, l.clone(), t);
+                self.observe(GENAI_SERVER_FIRST_TOKEN, &l, t);
             }
             if let Some(t) = g.time_per_output_token_ns {
-                self.observe(GENAI_SERVER_PER_TOKEN, l, t as f64 / 1e9);
+                self.observe(GENAI_SERVER_PER_TOKEN, &l, t as f64 / 1e9);
             }
             return;
         }
-        self.observe(GENAI_DURATION, with_error, secs);
+        self.observe(GENAI_DURATION, &with_error, secs);
         for (kind, n) in [("input", g.input_tokens), ("output", g.output_tokens)] {
             if let Some(n) = n {
                 let mut t = l.clone();
                 t.push(("gen_ai.token.type", kind.into()));
                 t.sort();
-                self.observe(GENAI_TOKENS, t, n as f64);
+                self.observe(GENAI_TOKENS, &t, n as f64);
             }
         }
         if let Some(t) = ttft {
-            self.observe(GENAI_FIRST_CHUNK, l.clone(), t);
+            self.observe(GENAI_FIRST_CHUNK, &l, t);
         }
         if let Some(gaps) = &g.content_gaps {
-            self.observe(GENAI_PER_CHUNK, l, gaps.mean_ns as f64 / 1e9);
+            self.observe(GENAI_PER_CHUNK, &l, gaps.mean_ns as f64 / 1e9);
         }
     }
 
@@ -537,14 +574,14 @@ impl Metrics {
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         let mut last = "";
-        for ((name, labels), h) in &self.hists {
+        for (name, labels, h) in self.hists.iter() {
             let unit = match describe(name).unit {
                 "s" => "_seconds",
                 "ms" => "_milliseconds",
                 _ => "",
             };
             let base = prom_name(name, unit);
-            if *name != last {
+            if name != last {
                 header(&mut out, &base, name, "histogram");
                 last = name;
             }
@@ -573,14 +610,10 @@ impl Metrics {
                 h.count
             ));
         }
-        for ((name, labels), v) in &self.counters {
-            let suffix = if *name == IO {
-                "_bytes_total"
-            } else {
-                "_total"
-            };
+        for (name, labels, v) in self.counters.iter() {
+            let suffix = if name == IO { "_bytes_total" } else { "_total" };
             let base = prom_name(name, "");
-            if *name != last {
+            if name != last {
                 header(&mut out, &format!("{base}{suffix}"), name, "counter");
                 last = name;
             }
@@ -589,9 +622,9 @@ impl Metrics {
                 prom_labels(labels, None)
             ));
         }
-        for ((name, labels), v) in &self.gauges {
+        for (name, labels, v) in self.gauges.iter() {
             let base = prom_name(name, "");
-            if *name != last {
+            if name != last {
                 header(&mut out, &base, name, "gauge");
                 last = name;
             }
@@ -604,7 +637,7 @@ impl Metrics {
     pub fn otlp(&self, resource: Vec<KeyValue>, now_unix_ns: u64) -> ExportMetricsServiceRequest {
         let mut metrics: Vec<Metric> = Vec::new();
         let mut by_name: BTreeMap<&str, Vec<HistogramDataPoint>> = BTreeMap::new();
-        for ((name, labels), h) in &self.hists {
+        for (name, labels, h) in self.hists.iter() {
             by_name.entry(name).or_default().push(HistogramDataPoint {
                 attributes: otlp_labels(labels),
                 start_time_unix_nano: self.start_unix_ns,
@@ -637,7 +670,7 @@ impl Metrics {
             ..NumberDataPoint::default()
         };
         let mut sums: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
-        for ((name, labels), v) in &self.counters {
+        for (name, labels, v) in self.counters.iter() {
             sums.entry(name)
                 .or_default()
                 .push(number(labels, number_data_point::Value::AsInt(*v as i64)));
@@ -657,7 +690,7 @@ impl Metrics {
             });
         }
         let mut gauges: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
-        for ((name, labels), v) in &self.gauges {
+        for (name, labels, v) in self.gauges.iter() {
             gauges
                 .entry(name)
                 .or_default()
