@@ -104,12 +104,19 @@ def measure(url, secs, out):
     wrk = subprocess.Popen(["wrk", "-t1", "-c16", f"-d{secs + 2}s", url],
                            stdout=subprocess.PIPE, text=True)
     time.sleep(1)
-    perf = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-a",
-                           "-o", out, "--", "sleep", str(secs)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # No workload for perf to start: the observer holds the first process of
+    # an executable at its exec (SIGSTOP until probed), and perf record takes
+    # its workload's stop for its end (SIGCHLD) and stops sampling at once.
+    perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-a",
+                             "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(secs)
+    perf.send_signal(signal.SIGINT)
+    perf_err = perf.communicate()[1]
     text = wrk.communicate()[0]
-    if perf.returncode != 0:
-        sys.exit(f"cost_breakdown: perf record failed: {perf.stderr.strip()}")
+    # perf ends by raising the SIGINT it was stopped with.
+    if perf.returncode not in (0, -signal.SIGINT):
+        sys.exit(f"cost_breakdown: perf record failed ({perf.returncode}): {perf_err.strip()}")
     m = re.search(r"Requests/sec:\s+([\d.]+)", text)
     if not m:
         sys.exit(f"cost_breakdown: wrk printed no rate:\n{text}")
