@@ -510,6 +510,27 @@ impl Probes {
             })
     }
 
+    /// Takes off uprobes attached by `attach_uprobe` before it returns: the
+    /// uprobe-multi links side by side (one grace period in all, however
+    /// long the closer's queue is), a perf-event one as `detach_uprobe`
+    /// does. For probes a busy process traps on at every call.
+    pub fn detach_uprobes_now(&mut self, links: Vec<(&'static str, UprobeLink)>) {
+        let mut now = Vec::new();
+        for (name, link) in links {
+            match link {
+                UprobeLink::Multi(id) => {
+                    if let Some(l) = self.links.remove(&id) {
+                        now.push(l);
+                        let s = self.states.entry(name).or_default();
+                        s.attached = s.attached.saturating_sub(1);
+                    }
+                }
+                perf @ UprobeLink::Perf(_) => self.detach_uprobe(name, perf),
+            }
+        }
+        uprobe_multi::close_now(now);
+    }
+
     /// Takes off a uprobe attached by `attach_uprobe`: a uprobe-multi link
     /// on the closer's thread (its close waits a grace period); a perf-event
     /// one here (its close waits grace periods under the kernel's

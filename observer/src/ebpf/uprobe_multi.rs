@@ -119,6 +119,12 @@ impl Drop for Link {
     }
 }
 
+/// Every link in `links` closed, side by side, before it returns (one
+/// grace period in all, not one each behind the closer's queue).
+pub fn close_now(links: Vec<Link>) {
+    close_side_by_side(links.into_iter().filter_map(Link::into_fd).collect());
+}
+
 /// Every link in `links` closed, side by side, and every one dropped
 /// before, when it returns; links dropped later close where they drop.
 pub fn close_all(links: Vec<Link>) {

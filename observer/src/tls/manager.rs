@@ -707,9 +707,10 @@ impl TlsProbes {
         let Some(Some(file)) = self.files.get_mut(&id) else {
             return;
         };
-        for (program, link) in file.all.drain(..) {
-            probes.detach_uprobe(program, link);
-        }
+        // Off before this returns: the busy process traps at every call
+        // until they are, and the closer's queue can hold seconds of other
+        // files' closes (libraries flipping as busy clients come and go).
+        probes.detach_uprobes_now(file.all.drain(..).collect());
         if let Some(r) = self.report.files.get_mut(file.report) {
             r.per_process = true;
         }
