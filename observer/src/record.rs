@@ -150,23 +150,72 @@ pub fn comm_str_n(bytes: &[u8]) -> String {
 /// the formatting machinery (width and padding support no address needs)
 /// was 7% of the daemon's CPU, spans and metrics naming each peer.
 pub fn ip_text(ip: &IpAddr) -> String {
-    let IpAddr::V4(v4) = ip else {
-        return ip.to_string();
-    };
     let mut s = String::with_capacity(15);
-    for (i, &o) in v4.octets().iter().enumerate() {
-        if i > 0 {
-            s.push('.');
-        }
-        if o >= 100 {
-            s.push(char::from(b'0' + o / 100));
-        }
-        if o >= 10 {
-            s.push(char::from(b'0' + o / 10 % 10));
-        }
-        s.push(char::from(b'0' + o % 10));
-    }
+    push_ip(&mut s, ip);
     s
+}
+
+/// Appends the address as `ip_text` writes it.
+pub fn push_ip(s: &mut String, ip: &IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => s.push_str(V4Digits::of(v4).as_str()),
+        IpAddr::V6(_) => {
+            use std::fmt::Write as _;
+            let _ = write!(s, "{ip}");
+        }
+    }
+}
+
+/// An IPv4 address's dotted digits, on the stack.
+struct V4Digits {
+    b: [u8; 15],
+    n: usize,
+}
+
+impl V4Digits {
+    fn of(v4: &std::net::Ipv4Addr) -> V4Digits {
+        let mut d = V4Digits { b: [0; 15], n: 0 };
+        for (i, &o) in v4.octets().iter().enumerate() {
+            if i > 0 {
+                d.push(b'.');
+            }
+            if o >= 100 {
+                d.push(b'0' + o / 100);
+            }
+            if o >= 10 {
+                d.push(b'0' + o / 10 % 10);
+            }
+            d.push(b'0' + o % 10);
+        }
+        d
+    }
+
+    fn push(&mut self, c: u8) {
+        self.b[self.n] = c;
+        self.n += 1;
+    }
+
+    fn as_str(&self) -> &str {
+        // Digits and dots only.
+        std::str::from_utf8(&self.b[..self.n]).unwrap_or_default()
+    }
+}
+
+/// A peer as spans name it: the name it was reached by, or its address.
+#[derive(Debug, Clone, Copy)]
+pub enum Host<'a> {
+    Name(&'a str),
+    Ip(&'a IpAddr),
+}
+
+impl std::fmt::Display for Host<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Host::Name(n) => f.write_str(n),
+            Host::Ip(IpAddr::V4(v4)) => f.write_str(V4Digits::of(v4).as_str()),
+            Host::Ip(ip) => write!(f, "{ip}"),
+        }
+    }
 }
 
 /// Formats a tracepoint address; v4-mapped IPv6 addresses are reported as the

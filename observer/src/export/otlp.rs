@@ -21,7 +21,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::spans::Traced;
-use super::{attrs::Ids, metrics::Metrics, spans};
+use super::{attrs::Ids, metrics::Metrics, span_wire::TraceBatch, spans};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Protocol {
@@ -495,6 +495,8 @@ impl Exporter {
             });
         let mut ids = Ids::new();
         let mut batch: Vec<Traced> = Vec::new();
+        // Reused: its buffers keep their room from one export to the next.
+        let mut encoded = TraceBatch::default();
         let mut flush = tokio::time::interval(FLUSH_EVERY);
         let mut metric_tick = tokio::time::interval(self.config.metric_interval);
         metric_tick.tick().await;
@@ -510,16 +512,17 @@ impl Exporter {
                             }
                         }
                         if batch.len() >= MAX_BATCH {
-                            self.send_traces(&mut traces, &mut batch, &mut ids).await;
+                            self.send_traces(&mut traces, &mut batch, (&mut encoded, &mut ids)).await;
                         }
                     }
                     None => break,
                 },
-                _ = flush.tick() => self.send_traces(&mut traces, &mut batch, &mut ids).await,
+                _ = flush.tick() => self.send_traces(&mut traces, &mut batch, (&mut encoded, &mut ids)).await,
                 _ = metric_tick.tick() => self.send_metrics(&mut metrics).await,
             }
         }
-        self.send_traces(&mut traces, &mut batch, &mut ids).await;
+        self.send_traces(&mut traces, &mut batch, (&mut encoded, &mut ids))
+            .await;
         self.send_metrics(&mut metrics).await;
     }
 
@@ -546,7 +549,7 @@ impl Exporter {
         &self,
         traces: &mut Option<(Signal, Sender)>,
         batch: &mut Vec<Traced>,
-        ids: &mut Ids,
+        (out, ids): (&mut TraceBatch, &mut Ids),
     ) {
         let Some((sig, sender)) = traces.as_ref() else {
             batch.clear();
@@ -555,17 +558,13 @@ impl Exporter {
         if batch.is_empty() {
             return;
         }
-        let records = std::mem::take(batch);
-        let req = spans::request(&records, &self.host, self.service_name.as_deref(), ids);
-        let n_spans: usize = req
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .map(|s| s.spans.len())
-            .sum();
+        spans::write_batch(batch, &self.host, self.service_name.as_deref(), ids, out);
+        let n_records = batch.len();
+        // The queue's vector keeps its room for the next batch.
+        batch.clear();
+        let n_spans = out.span_count();
         // Encoded once; a retry sends the same bytes.
-        let body = Bytes::from(req.encode());
-        drop(req);
+        let body = Bytes::from(out.encode());
         let mut delay = Duration::from_millis(200);
         let mut refusal = None;
         for attempt in 1..=ATTEMPTS {
@@ -593,7 +592,7 @@ impl Exporter {
         }
         self.stats
             .records_dropped
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
+            .fetch_add(n_records as u64, Ordering::Relaxed);
         if let Some(e) = refusal {
             self.refused("traces", traces, &self.stats.traces_refused, &e);
         }

@@ -1,17 +1,25 @@
-//! Spans as the exporter builds them, and their OTLP protobuf encoding
-//! (opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest),
-//! written by hand: attribute keys are the conventions' static names and
-//! fixed values stay static, where opentelemetry-proto's generated types
-//! want an owned String for each. Building, encoding and freeing those
-//! types was most of the daemon's CPU under connection churn
-//! (bench/NOTES.md). A unit test checks the bytes against prost's encoding
-//! of the same spans in the generated types.
+//! Spans written straight into their OTLP protobuf encoding
+//! (opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest), by
+//! hand: the span builders (`spans.rs`) hand each span's fields to a
+//! `SpanOut` as they work them out, and the encoder writes them at once,
+//! borrowed. Building span values first (owned names, attribute vectors)
+//! and freeing them after encoding was a third of the daemon's CPU under
+//! connection churn (bench/NOTES.md). Tests collect the same calls into
+//! `Span` values (`impl SpanOut for Vec<Span>`); a unit test checks the
+//! encoder's bytes decode, with prost, to those values.
 
-use std::borrow::Cow;
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    fmt::{self, Write as _},
+};
+
+use crate::record::{push_ip, Host};
 
 /// Text that is often a fixed name.
 pub type Text = Cow<'static, str>;
 
+/// An attribute's value, owned (resources; spans collected in tests).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Str(Text),
@@ -83,6 +91,7 @@ pub struct Link {
     pub attributes: Vec<KeyValue>,
 }
 
+/// A span as a value: what tests collect from the builders.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Span {
     pub trace_id: TraceId,
@@ -98,91 +107,402 @@ pub struct Span {
     pub status: Option<Status>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Resource {
-    pub attributes: Vec<KeyValue>,
+/// A span's fixed fields, given when it begins.
+pub struct Head<'a> {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    /// None for a trace's root.
+    pub parent_span_id: Option<SpanId>,
+    pub name: fmt::Arguments<'a>,
+    pub kind: SpanKind,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
 }
 
-/// One instrumentation scope's spans (always the observer's scope).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ScopeSpans {
-    pub spans: Vec<Span>,
+/// An attribute's value, borrowed or formatted in place.
+#[derive(Clone, Copy)]
+pub enum Attr<'a> {
+    Str(&'a str),
+    Host(Host<'a>),
+    Fmt(fmt::Arguments<'a>),
+    Int(i64),
+    Double(f64),
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ResourceSpans {
-    pub resource: Option<Resource>,
-    pub scope_spans: Vec<ScopeSpans>,
+/// Where the span builders write.
+pub trait SpanOut {
+    type Body<'s>: SpanBody
+    where
+        Self: 's;
+
+    /// A new span; its attributes, links and status follow, in that order
+    /// (the proto's field order), through the returned body.
+    fn span(&mut self, head: Head<'_>) -> Self::Body<'_>;
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TraceRequest {
-    pub resource_spans: Vec<ResourceSpans>,
+/// The rest of a span.
+pub trait SpanBody {
+    fn attr(&mut self, key: &'static str, value: Attr<'_>);
+    /// A link with one attribute (all the links spans here carry).
+    fn link(&mut self, trace_id: TraceId, span_id: SpanId, key: &'static str, value: &str);
+    fn status(&mut self, code: StatusCode, message: &str);
+
+    fn str(&mut self, key: &'static str, v: &str) {
+        self.attr(key, Attr::Str(v));
+    }
+
+    fn int(&mut self, key: &'static str, v: i64) {
+        self.attr(key, Attr::Int(v));
+    }
+
+    fn double(&mut self, key: &'static str, v: f64) {
+        self.attr(key, Attr::Double(v));
+    }
+}
+
+impl SpanOut for Vec<Span> {
+    type Body<'s> = &'s mut Span;
+
+    fn span(&mut self, h: Head<'_>) -> &mut Span {
+        self.push(Span {
+            trace_id: h.trace_id,
+            span_id: h.span_id,
+            parent_span_id: h.parent_span_id,
+            name: h.name.to_string(),
+            kind: h.kind,
+            start_time_unix_nano: h.start_time_unix_nano,
+            end_time_unix_nano: h.end_time_unix_nano,
+            ..Span::default()
+        });
+        let at = self.len() - 1;
+        &mut self[at]
+    }
+}
+
+impl SpanBody for &mut Span {
+    fn attr(&mut self, key: &'static str, value: Attr<'_>) {
+        let value = match value {
+            Attr::Str(v) => Value::Str(v.to_owned().into()),
+            Attr::Host(v) => Value::Str(v.to_string().into()),
+            Attr::Fmt(v) => Value::Str(v.to_string().into()),
+            Attr::Int(v) => Value::Int(v),
+            Attr::Double(v) => Value::Double(v),
+        };
+        self.attributes.push(KeyValue { key, value });
+    }
+
+    fn link(&mut self, trace_id: TraceId, span_id: SpanId, key: &'static str, value: &str) {
+        self.links.push(Link {
+            trace_id,
+            span_id,
+            attributes: vec![s(key, value.to_owned())],
+        });
+    }
+
+    fn status(&mut self, code: StatusCode, message: &str) {
+        self.status = Some(Status {
+            code,
+            message: message.to_owned(),
+        });
+    }
+}
+
+/// One resource's spans, encoded (each a framed field 2 of ScopeSpans).
+#[derive(Default)]
+pub struct SpanList {
+    buf: Vec<u8>,
+    count: usize,
+    /// Formatted text on its way into `buf` (its length goes first).
+    scratch: String,
+}
+
+impl SpanList {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.count = 0;
+    }
+}
+
+/// A span being written; its length is put in front when it is dropped.
+pub struct SpanWriter<'a> {
+    list: &'a mut SpanList,
+    /// Where the span's length goes (`LEN_ROOM` bytes kept for it).
+    len_at: usize,
+}
+
+/// Room kept for a span's length: most spans are 128 bytes to 16 KiB.
+const LEN_ROOM: usize = 2;
+
+impl SpanOut for SpanList {
+    type Body<'s> = SpanWriter<'s>;
+
+    fn span(&mut self, h: Head<'_>) -> SpanWriter<'_> {
+        self.count += 1;
+        put_key(&mut self.buf, 2, LEN);
+        let len_at = self.buf.len();
+        self.buf.extend_from_slice(&[0; LEN_ROOM]);
+        let buf = &mut self.buf;
+        put_bytes(buf, 1, &h.trace_id);
+        put_bytes(buf, 2, &h.span_id);
+        if let Some(p) = &h.parent_span_id {
+            put_bytes(buf, 4, p);
+        }
+        match h.name.as_str() {
+            Some(name) => put_bytes(buf, 5, name.as_bytes()),
+            None => {
+                self.scratch.clear();
+                let _ = self.scratch.write_fmt(h.name);
+                put_bytes(buf, 5, self.scratch.as_bytes());
+            }
+        }
+        put_varint_field(buf, 6, h.kind as u64);
+        put_fixed64(buf, 7, h.start_time_unix_nano);
+        put_fixed64(buf, 8, h.end_time_unix_nano);
+        SpanWriter { list: self, len_at }
+    }
+}
+
+impl SpanBody for SpanWriter<'_> {
+    fn attr(&mut self, key: &'static str, value: Attr<'_>) {
+        let l = &mut *self.list;
+        match value {
+            Attr::Str(v) | Attr::Host(Host::Name(v)) => {
+                put_attr(&mut l.buf, 9, key, AnyRef::Str(v))
+            }
+            Attr::Host(Host::Ip(a)) => {
+                l.scratch.clear();
+                push_ip(&mut l.scratch, a);
+                put_attr(&mut l.buf, 9, key, AnyRef::Str(&l.scratch));
+            }
+            Attr::Fmt(v) => match v.as_str() {
+                Some(v) => put_attr(&mut l.buf, 9, key, AnyRef::Str(v)),
+                None => {
+                    l.scratch.clear();
+                    let _ = l.scratch.write_fmt(v);
+                    put_attr(&mut l.buf, 9, key, AnyRef::Str(&l.scratch));
+                }
+            },
+            Attr::Int(v) => put_attr(&mut l.buf, 9, key, AnyRef::Int(v)),
+            Attr::Double(v) => put_attr(&mut l.buf, 9, key, AnyRef::Double(v)),
+        }
+    }
+
+    fn link(&mut self, trace_id: TraceId, span_id: SpanId, key: &'static str, value: &str) {
+        let buf = &mut self.list.buf;
+        let body =
+            bytes_len(1, &trace_id) + bytes_len(2, &span_id) + attr_len(4, key, AnyRef::Str(value));
+        put_key(buf, 13, LEN);
+        put_varint(buf, body as u64);
+        put_bytes(buf, 1, &trace_id);
+        put_bytes(buf, 2, &span_id);
+        put_attr(buf, 4, key, AnyRef::Str(value));
+    }
+
+    fn status(&mut self, code: StatusCode, message: &str) {
+        let buf = &mut self.list.buf;
+        let body = bytes_len(2, message.as_bytes()) + varint_field_len(3, code as u64);
+        put_key(buf, 15, LEN);
+        put_varint(buf, body as u64);
+        put_bytes(buf, 2, message.as_bytes());
+        put_varint_field(buf, 3, code as u64);
+    }
+}
+
+impl Drop for SpanWriter<'_> {
+    fn drop(&mut self) {
+        let buf = &mut self.list.buf;
+        let body_at = self.len_at + LEN_ROOM;
+        let n = buf.len() - body_at;
+        let room = varint_len(n as u64);
+        // Move the body when its length takes other than the room kept.
+        if room < LEN_ROOM {
+            buf.copy_within(body_at.., self.len_at + room);
+            buf.truncate(buf.len() - (LEN_ROOM - room));
+        } else if room > LEN_ROOM {
+            buf.splice(body_at..body_at, std::iter::repeat_n(0, room - LEN_ROOM));
+        }
+        let mut len = Vec::with_capacity(room);
+        put_varint(&mut len, n as u64);
+        buf[self.len_at..self.len_at + room].copy_from_slice(&len);
+    }
+}
+
+/// The spans of one export, one resource (process) each.
+#[derive(Default)]
+pub struct TraceBatch {
+    resources: Vec<(Vec<KeyValue>, SpanList)>,
+    by_pid: HashMap<Option<u32>, usize>,
+    /// Lists of earlier batches, kept for their buffers.
+    spare: Vec<SpanList>,
+}
+
+impl TraceBatch {
+    /// The span list of `pid`'s resource, made with `resource` the first time.
+    pub fn spans_of(
+        &mut self,
+        pid: Option<u32>,
+        resource: impl FnOnce() -> Vec<KeyValue>,
+    ) -> &mut SpanList {
+        let at = match self.by_pid.get(&pid) {
+            Some(&at) => at,
+            None => {
+                let list = self.spare.pop().unwrap_or_default();
+                self.resources.push((resource(), list));
+                self.by_pid.insert(pid, self.resources.len() - 1);
+                self.resources.len() - 1
+            }
+        };
+        &mut self.resources[at].1
+    }
+
+    pub fn span_count(&self) -> usize {
+        self.resources.iter().map(|(_, l)| l.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty()
+    }
+
+    /// The ExportTraceServiceRequest's bytes; the batch is empty after.
+    pub fn encode(&mut self) -> Vec<u8> {
+        let scope = scope_len();
+        let lens: Vec<(usize, usize, usize)> = self
+            .resources
+            .iter()
+            .map(|(attrs, spans)| {
+                let res: usize = attrs.iter().map(|a| kv_len(1, a)).sum();
+                let scope_spans = framed_len(1, scope) + spans.buf.len();
+                (
+                    res,
+                    scope_spans,
+                    framed_len(1, res) + framed_len(2, scope_spans),
+                )
+            })
+            .collect();
+        let total: usize = lens.iter().map(|&(_, _, rs)| framed_len(1, rs)).sum();
+        let mut buf = Vec::with_capacity(total);
+        for ((attrs, spans), (res, scope_spans, rs)) in self.resources.iter().zip(lens) {
+            put_key(&mut buf, 1, LEN);
+            put_varint(&mut buf, rs as u64);
+            put_key(&mut buf, 1, LEN);
+            put_varint(&mut buf, res as u64);
+            for a in attrs {
+                put_kv(&mut buf, 1, a);
+            }
+            put_key(&mut buf, 2, LEN);
+            put_varint(&mut buf, scope_spans as u64);
+            put_key(&mut buf, 1, LEN);
+            put_varint(&mut buf, scope as u64);
+            put_bytes(&mut buf, 1, SCOPE_NAME.as_bytes());
+            put_bytes(&mut buf, 2, SCOPE_VERSION.as_bytes());
+            buf.extend_from_slice(&spans.buf);
+        }
+        debug_assert_eq!(buf.len(), total);
+        self.by_pid.clear();
+        for (_, mut list) in self.resources.drain(..) {
+            list.clear();
+            self.spare.push(list);
+        }
+        buf
+    }
 }
 
 pub const SCOPE_NAME: &str = "observer";
 pub const SCOPE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-impl TraceRequest {
-    /// The ExportTraceServiceRequest's bytes. Each span's size is worked out
-    /// once (a nested message's size precedes it, so a plain recursive
-    /// writer would size every span once per level above it).
-    pub fn encode(&self) -> Vec<u8> {
-        let span_lens: Vec<usize> = self
-            .resource_spans
-            .iter()
-            .flat_map(|rs| &rs.scope_spans)
-            .flat_map(|ss| &ss.spans)
-            .map(Message::body_len)
-            .collect();
-        let framed = |n: usize| key_len(2) + varint_len(n as u64) + n;
-        // Sizes of each scope's and each resource's body, from the spans'.
-        let mut at = 0;
-        let mut scope_lens = Vec::new();
-        let mut resource_lens = Vec::new();
-        for rs in &self.resource_spans {
-            let mut rlen = rs.resource.as_ref().map_or(0, |r| message_len(1, r));
-            for ss in &rs.scope_spans {
-                let n = ss.spans.len();
-                let slen = message_len(1, &Scope)
-                    + span_lens[at..at + n]
-                        .iter()
-                        .map(|&l| framed(l))
-                        .sum::<usize>();
-                at += n;
-                scope_lens.push(slen);
-                rlen += framed(slen);
-            }
-            resource_lens.push(rlen);
+/// InstrumentationScope's body: the observer's name and version.
+fn scope_len() -> usize {
+    bytes_len(1, SCOPE_NAME.as_bytes()) + bytes_len(2, SCOPE_VERSION.as_bytes())
+}
+
+/// A message of `n` bytes as field `field`.
+fn framed_len(field: u32, n: usize) -> usize {
+    key_len(field) + varint_len(n as u64) + n
+}
+
+/// AnyValue, borrowed: a oneof, written even when it holds a default.
+#[derive(Clone, Copy)]
+enum AnyRef<'a> {
+    Str(&'a str),
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+}
+
+impl AnyRef<'_> {
+    fn body_len(self) -> usize {
+        match self {
+            AnyRef::Str(v) => framed_len(1, v.len()),
+            AnyRef::Bool(_) => key_len(2) + 1,
+            AnyRef::Int(v) => key_len(3) + varint_len(v as u64),
+            AnyRef::Double(_) => key_len(4) + 8,
         }
-        let total: usize = resource_lens
-            .iter()
-            .map(|&l| key_len(1) + varint_len(l as u64) + l)
-            .sum();
-        let mut buf = Vec::with_capacity(total);
-        let (mut span_i, mut scope_i) = (0, 0);
-        for (rs, rlen) in self.resource_spans.iter().zip(resource_lens) {
-            put_key(&mut buf, 1, LEN);
-            put_varint(&mut buf, rlen as u64);
-            if let Some(r) = &rs.resource {
-                put_message(&mut buf, 1, r);
-            }
-            for ss in &rs.scope_spans {
-                put_key(&mut buf, 2, LEN);
-                put_varint(&mut buf, scope_lens[scope_i] as u64);
-                scope_i += 1;
-                put_message(&mut buf, 1, &Scope);
-                for span in &ss.spans {
-                    put_key(&mut buf, 2, LEN);
-                    put_varint(&mut buf, span_lens[span_i] as u64);
-                    span_i += 1;
-                    span.write_body(&mut buf);
-                }
-            }
-        }
-        debug_assert_eq!(buf.len(), total);
-        buf
     }
+
+    fn write(self, buf: &mut Vec<u8>) {
+        match self {
+            AnyRef::Str(v) => {
+                put_key(buf, 1, LEN);
+                put_varint(buf, v.len() as u64);
+                buf.extend_from_slice(v.as_bytes());
+            }
+            AnyRef::Bool(v) => {
+                put_key(buf, 2, VARINT);
+                buf.push(u8::from(v));
+            }
+            AnyRef::Int(v) => {
+                put_key(buf, 3, VARINT);
+                put_varint(buf, v as u64);
+            }
+            AnyRef::Double(v) => {
+                put_key(buf, 4, FIXED64);
+                buf.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// KeyValue's body: the key, then the value.
+fn attr_body_len(key: &str, v: AnyRef<'_>) -> usize {
+    bytes_len(1, key.as_bytes()) + framed_len(2, v.body_len())
+}
+
+fn attr_len(field: u32, key: &str, v: AnyRef<'_>) -> usize {
+    framed_len(field, attr_body_len(key, v))
+}
+
+fn put_attr(buf: &mut Vec<u8>, field: u32, key: &str, v: AnyRef<'_>) {
+    put_key(buf, field, LEN);
+    put_varint(buf, attr_body_len(key, v) as u64);
+    put_bytes(buf, 1, key.as_bytes());
+    put_key(buf, 2, LEN);
+    put_varint(buf, v.body_len() as u64);
+    v.write(buf);
+}
+
+fn any(v: &Value) -> AnyRef<'_> {
+    match v {
+        Value::Str(v) => AnyRef::Str(v),
+        Value::Int(v) => AnyRef::Int(*v),
+        Value::Double(v) => AnyRef::Double(*v),
+        Value::Bool(v) => AnyRef::Bool(*v),
+    }
+}
+
+fn kv_len(field: u32, a: &KeyValue) -> usize {
+    attr_len(field, a.key, any(&a.value))
+}
+
+fn put_kv(buf: &mut Vec<u8>, field: u32, a: &KeyValue) {
+    put_attr(buf, field, a.key, any(&a.value));
 }
 
 // Protobuf wire format: a key is (field << 3) | wire type; the fields of a
@@ -243,173 +563,10 @@ fn put_varint_field(buf: &mut Vec<u8>, field: u32, v: u64) {
     }
 }
 
-fn fixed64_len(field: u32, v: u64) -> usize {
-    if v == 0 {
-        0
-    } else {
-        key_len(field) + 8
-    }
-}
-
 fn put_fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
     if v != 0 {
         put_key(buf, field, FIXED64);
         buf.extend_from_slice(&v.to_le_bytes());
-    }
-}
-
-/// A message's own fields, and its size.
-trait Message {
-    fn body_len(&self) -> usize;
-    fn write_body(&self, buf: &mut Vec<u8>);
-}
-
-fn message_len(field: u32, m: &impl Message) -> usize {
-    let n = m.body_len();
-    key_len(field) + varint_len(n as u64) + n
-}
-
-fn put_message(buf: &mut Vec<u8>, field: u32, m: &impl Message) {
-    put_key(buf, field, LEN);
-    put_varint(buf, m.body_len() as u64);
-    m.write_body(buf);
-}
-
-fn messages_len<M: Message>(field: u32, ms: &[M]) -> usize {
-    ms.iter().map(|m| message_len(field, m)).sum()
-}
-
-fn put_messages<M: Message>(buf: &mut Vec<u8>, field: u32, ms: &[M]) {
-    for m in ms {
-        put_message(buf, field, m);
-    }
-}
-
-/// AnyValue: a oneof, written even when it holds a default.
-struct Any<'a>(&'a Value);
-
-impl Message for Any<'_> {
-    fn body_len(&self) -> usize {
-        match self.0 {
-            Value::Str(v) => key_len(1) + varint_len(v.len() as u64) + v.len(),
-            Value::Bool(_) => key_len(2) + 1,
-            Value::Int(v) => key_len(3) + varint_len(*v as u64),
-            Value::Double(_) => key_len(4) + 8,
-        }
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        match self.0 {
-            Value::Str(v) => {
-                put_key(buf, 1, LEN);
-                put_varint(buf, v.len() as u64);
-                buf.extend_from_slice(v.as_bytes());
-            }
-            Value::Bool(v) => {
-                put_key(buf, 2, VARINT);
-                buf.push(u8::from(*v));
-            }
-            Value::Int(v) => {
-                put_key(buf, 3, VARINT);
-                put_varint(buf, *v as u64);
-            }
-            Value::Double(v) => {
-                put_key(buf, 4, FIXED64);
-                buf.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-    }
-}
-
-impl Message for KeyValue {
-    fn body_len(&self) -> usize {
-        bytes_len(1, self.key.as_bytes()) + message_len(2, &Any(&self.value))
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        put_bytes(buf, 1, self.key.as_bytes());
-        put_message(buf, 2, &Any(&self.value));
-    }
-}
-
-impl Message for Status {
-    fn body_len(&self) -> usize {
-        bytes_len(2, self.message.as_bytes()) + varint_field_len(3, self.code as u64)
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        put_bytes(buf, 2, self.message.as_bytes());
-        put_varint_field(buf, 3, self.code as u64);
-    }
-}
-
-impl Message for Link {
-    fn body_len(&self) -> usize {
-        bytes_len(1, &self.trace_id)
-            + bytes_len(2, &self.span_id)
-            + messages_len(4, &self.attributes)
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        put_bytes(buf, 1, &self.trace_id);
-        put_bytes(buf, 2, &self.span_id);
-        put_messages(buf, 4, &self.attributes);
-    }
-}
-
-impl Message for Span {
-    fn body_len(&self) -> usize {
-        bytes_len(1, &self.trace_id)
-            + bytes_len(2, &self.span_id)
-            + self.parent_span_id.as_ref().map_or(0, |p| bytes_len(4, p))
-            + bytes_len(5, self.name.as_bytes())
-            + varint_field_len(6, self.kind as u64)
-            + fixed64_len(7, self.start_time_unix_nano)
-            + fixed64_len(8, self.end_time_unix_nano)
-            + messages_len(9, &self.attributes)
-            + messages_len(13, &self.links)
-            + self.status.as_ref().map_or(0, |s| message_len(15, s))
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        put_bytes(buf, 1, &self.trace_id);
-        put_bytes(buf, 2, &self.span_id);
-        if let Some(p) = &self.parent_span_id {
-            put_bytes(buf, 4, p);
-        }
-        put_bytes(buf, 5, self.name.as_bytes());
-        put_varint_field(buf, 6, self.kind as u64);
-        put_fixed64(buf, 7, self.start_time_unix_nano);
-        put_fixed64(buf, 8, self.end_time_unix_nano);
-        put_messages(buf, 9, &self.attributes);
-        put_messages(buf, 13, &self.links);
-        if let Some(s) = &self.status {
-            put_message(buf, 15, s);
-        }
-    }
-}
-
-impl Message for Resource {
-    fn body_len(&self) -> usize {
-        messages_len(1, &self.attributes)
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        put_messages(buf, 1, &self.attributes);
-    }
-}
-
-/// InstrumentationScope: the observer's name and version.
-struct Scope;
-
-impl Message for Scope {
-    fn body_len(&self) -> usize {
-        bytes_len(1, SCOPE_NAME.as_bytes()) + bytes_len(2, SCOPE_VERSION.as_bytes())
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        put_bytes(buf, 1, SCOPE_NAME.as_bytes());
-        put_bytes(buf, 2, SCOPE_VERSION.as_bytes());
     }
 }
 
@@ -442,127 +599,175 @@ mod tests {
         }
     }
 
-    /// The same request in opentelemetry-proto's generated types.
-    fn generated(r: &TraceRequest) -> ExportTraceServiceRequest {
-        ExportTraceServiceRequest {
-            resource_spans: r
-                .resource_spans
+    fn generated_span(s: &Span) -> PSpan {
+        PSpan {
+            trace_id: s.trace_id.to_vec(),
+            span_id: s.span_id.to_vec(),
+            parent_span_id: s.parent_span_id.map_or_else(Vec::new, |p| p.to_vec()),
+            name: s.name.clone(),
+            kind: s.kind as i32,
+            start_time_unix_nano: s.start_time_unix_nano,
+            end_time_unix_nano: s.end_time_unix_nano,
+            attributes: s.attributes.iter().map(kv).collect(),
+            links: s
+                .links
                 .iter()
-                .map(|rs| PResourceSpans {
-                    resource: rs.resource.as_ref().map(|res| PResource {
-                        attributes: res.attributes.iter().map(kv).collect(),
+                .map(|l| PLink {
+                    trace_id: l.trace_id.to_vec(),
+                    span_id: l.span_id.to_vec(),
+                    attributes: l.attributes.iter().map(kv).collect(),
+                    ..PLink::default()
+                })
+                .collect(),
+            status: s.status.as_ref().map(|st| PStatus {
+                code: st.code as i32,
+                message: st.message.clone(),
+            }),
+            ..PSpan::default()
+        }
+    }
+
+    /// The same request in opentelemetry-proto's generated types.
+    fn generated(resources: &[(Vec<KeyValue>, Vec<Span>)]) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: resources
+                .iter()
+                .map(|(attrs, spans)| PResourceSpans {
+                    resource: Some(PResource {
+                        attributes: attrs.iter().map(kv).collect(),
                         ..PResource::default()
                     }),
-                    scope_spans: rs
-                        .scope_spans
-                        .iter()
-                        .map(|ss| PScopeSpans {
-                            scope: Some(InstrumentationScope {
-                                name: SCOPE_NAME.into(),
-                                version: SCOPE_VERSION.into(),
-                                ..InstrumentationScope::default()
-                            }),
-                            spans: ss
-                                .spans
-                                .iter()
-                                .map(|s| PSpan {
-                                    trace_id: s.trace_id.to_vec(),
-                                    span_id: s.span_id.to_vec(),
-                                    parent_span_id: s
-                                        .parent_span_id
-                                        .map_or_else(Vec::new, |p| p.to_vec()),
-                                    name: s.name.clone(),
-                                    kind: s.kind as i32,
-                                    start_time_unix_nano: s.start_time_unix_nano,
-                                    end_time_unix_nano: s.end_time_unix_nano,
-                                    attributes: s.attributes.iter().map(kv).collect(),
-                                    links: s
-                                        .links
-                                        .iter()
-                                        .map(|l| PLink {
-                                            trace_id: l.trace_id.to_vec(),
-                                            span_id: l.span_id.to_vec(),
-                                            attributes: l.attributes.iter().map(kv).collect(),
-                                            ..PLink::default()
-                                        })
-                                        .collect(),
-                                    status: s.status.as_ref().map(|st| PStatus {
-                                        code: st.code as i32,
-                                        message: st.message.clone(),
-                                    }),
-                                    ..PSpan::default()
-                                })
-                                .collect(),
-                            schema_url: String::new(),
-                        })
-                        .collect(),
+                    scope_spans: vec![PScopeSpans {
+                        scope: Some(InstrumentationScope {
+                            name: SCOPE_NAME.into(),
+                            version: SCOPE_VERSION.into(),
+                            ..InstrumentationScope::default()
+                        }),
+                        spans: spans.iter().map(generated_span).collect(),
+                        schema_url: String::new(),
+                    }],
                     schema_url: String::new(),
                 })
                 .collect(),
         }
     }
 
-    #[test]
-    fn the_bytes_are_prosts_for_the_same_spans() {
-        let span = |n: u8, parent: Option<SpanId>| Span {
+    /// One span with every kind of field, written through `out`.
+    fn write_span(out: &mut impl SpanOut, n: u8, parent: Option<SpanId>, long: usize) {
+        let host = std::net::IpAddr::from([10, 0, 0, n]);
+        let mut b = out.span(Head {
             trace_id: [n; 16],
             span_id: [n + 1; 8],
             parent_span_id: parent,
-            name: format!("span {n} é"),
-            kind: SpanKind::Client,
-            start_time_unix_nano: 1_700_000_000_000_000_000,
+            name: format_args!("span {n} é"),
+            kind: if parent.is_some() {
+                SpanKind::Internal
+            } else {
+                SpanKind::Client
+            },
+            start_time_unix_nano: if parent.is_some() {
+                0
+            } else {
+                1_700_000_000_000_000_000
+            },
             end_time_unix_nano: 1_700_000_000_123_456_789,
-            attributes: vec![
-                s("server.address", "example.test"),
-                s("url.path", String::from("/v1/chat/completions")),
-                s("empty", ""),
-                i("server.port", 443),
-                i("negative", -7),
-                i("zero", 0),
-                f("observer.ttfb", 0.25),
-                f("zero.f", 0.0),
-                KeyValue {
-                    key: "flag",
-                    value: Value::Bool(false),
-                },
-            ],
-            links: vec![Link {
-                trace_id: [9; 16],
-                span_id: [8; 8],
-                attributes: vec![s("observer.link", "connection's first request")],
-            }],
-            status: Some(Status {
-                code: StatusCode::Error,
-                message: "reset".into(),
-            }),
-        };
-        let mut plain = span(3, Some([4; 8]));
-        plain.links.clear();
-        plain.status = Some(Status::default());
-        plain.kind = SpanKind::Unspecified;
-        plain.start_time_unix_nano = 0;
-        let req = TraceRequest {
-            resource_spans: vec![
-                ResourceSpans {
-                    resource: Some(Resource {
-                        attributes: vec![s("service.name", "curl"), i("process.pid", 42)],
-                    }),
-                    scope_spans: vec![ScopeSpans {
-                        spans: vec![span(1, None), plain],
-                    }],
-                },
-                ResourceSpans {
-                    resource: None,
-                    scope_spans: vec![ScopeSpans { spans: Vec::new() }],
-                },
-            ],
-        };
-        let ours = req.encode();
-        assert_eq!(ours, generated(&req).encode_to_vec());
+        });
+        b.str("server.address", "example.test");
+        b.attr("network.peer.address", Attr::Host(Host::Ip(&host)));
+        b.attr("client.address", Attr::Host(Host::Name("client.test")));
+        b.attr(
+            "url.path",
+            Attr::Fmt(format_args!("/v1/{}", "x".repeat(long))),
+        );
+        b.attr("static", Attr::Fmt(format_args!("fixed")));
+        b.str("empty", "");
+        b.int("server.port", 443);
+        b.int("negative", -7);
+        b.int("zero", 0);
+        b.double("observer.ttfb", 0.25);
+        b.double("zero.f", 0.0);
+        if parent.is_none() {
+            b.link(
+                [9; 16],
+                [8; 8],
+                "observer.link",
+                "connection's first request",
+            );
+            b.status(StatusCode::Error, "reset");
+        } else {
+            b.status(StatusCode::Unset, "");
+        }
+    }
+
+    #[test]
+    fn the_encoding_decodes_to_the_spans_the_builders_gave() {
+        let resources = [
+            (
+                vec![s("service.name", "curl"), i("process.pid", 42)],
+                Some(42),
+            ),
+            (vec![s("service.name", "nginx")], None),
+        ];
+        let mut batch = TraceBatch::default();
+        let mut expected = Vec::new();
+        // Bodies under 128 bytes, up to 16 KiB, and over: the length kept
+        // room for two bytes, so all three move the body.
+        for (k, (attrs, pid)) in resources.iter().enumerate() {
+            let mut values = Vec::new();
+            for (j, long) in [0usize, 3000, 20_000].into_iter().enumerate() {
+                let n = (k * 10 + j) as u8;
+                let list = batch.spans_of(*pid, || attrs.clone());
+                write_span(list, n, None, long);
+                write_span(list, n + 100, Some([n; 8]), long);
+                write_span(&mut values, n, None, long);
+                write_span(&mut values, n + 100, Some([n; 8]), long);
+            }
+            let short = batch.spans_of(*pid, Vec::new);
+            short.span(Head {
+                trace_id: [1; 16],
+                span_id: [2; 8],
+                parent_span_id: Some([3; 8]),
+                name: format_args!("wait first byte"),
+                kind: SpanKind::Internal,
+                start_time_unix_nano: 5,
+                end_time_unix_nano: 6,
+            });
+            values.push(Span {
+                trace_id: [1; 16],
+                span_id: [2; 8],
+                parent_span_id: Some([3; 8]),
+                name: "wait first byte".into(),
+                kind: SpanKind::Internal,
+                start_time_unix_nano: 5,
+                end_time_unix_nano: 6,
+                ..Span::default()
+            });
+            expected.push((attrs.clone(), values));
+        }
+        assert_eq!(batch.span_count(), 14);
+        let ours = batch.encode();
+        let want = generated(&expected);
+        assert_eq!(
+            ours,
+            want.encode_to_vec(),
+            "prost's bytes for the same spans"
+        );
         let back = ExportTraceServiceRequest::decode(ours.as_slice()).expect("decodes");
+        assert_eq!(back, want);
         assert_eq!(
             back.resource_spans[0].scope_spans[0].spans[0].name,
-            "span 1 é"
+            "span 0 é"
+        );
+        // The batch is empty after, its buffers kept for the next.
+        assert!(batch.is_empty());
+        assert_eq!(batch.encode(), Vec::<u8>::new());
+        let list = batch.spans_of(Some(1), Vec::new);
+        write_span(list, 1, None, 0);
+        let mut one = Vec::new();
+        write_span(&mut one, 1, None, 0);
+        assert_eq!(
+            batch.encode(),
+            generated(&[(Vec::new(), one)]).encode_to_vec()
         );
     }
 

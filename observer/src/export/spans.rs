@@ -4,19 +4,21 @@
 //! built with opentelemetry-proto directly: the SDK's tracer provider holds one
 //! resource, and one request here carries many processes.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 
+#[cfg(test)]
+use super::span_wire::Span;
 use super::{
     attrs::{error_type, Ids},
     span_wire::{
-        f, i, s, KeyValue, Link, Resource, ResourceSpans, ScopeSpans, Span, SpanId, SpanKind,
-        Status, StatusCode, TraceId, TraceRequest,
+        i, s, Attr, Head, KeyValue, SpanBody, SpanId, SpanKind, SpanOut, StatusCode, TraceBatch,
+        TraceId,
     },
 };
 use crate::{
     dns::DnsRecord,
     http::RequestRecord,
-    record::{ip_text, ConnRecord, Direction, Family},
+    record::{ConnRecord, Direction, Family, Host},
 };
 
 /// What goes out as a trace.
@@ -100,12 +102,14 @@ pub fn resource(r: &Traced, host: &str, service_name: Option<&str>) -> Vec<KeyVa
     a
 }
 
-struct Ends {
-    server_addr: String,
+/// The server's end of a connection: the name the client asked for, or the
+/// address.
+struct Ends<'a> {
+    server: Host<'a>,
     server_port: u16,
 }
 
-fn ends(r: &ConnRecord) -> Ends {
+fn ends(r: &ConnRecord) -> Ends<'_> {
     let name = r
         .tls
         .as_ref()
@@ -113,11 +117,11 @@ fn ends(r: &ConnRecord) -> Ends {
         .or(r.dns.as_ref().map(|d| &*d.name));
     match r.direction {
         Direction::Outbound => Ends {
-            server_addr: name.map_or_else(|| ip_text(&r.remote_addr), str::to_owned),
+            server: name.map_or(Host::Ip(&r.remote_addr), Host::Name),
             server_port: r.remote_port,
         },
         Direction::Inbound => Ends {
-            server_addr: ip_text(&r.local_addr),
+            server: Host::Ip(&r.local_addr),
             server_port: r.local_port,
         },
     }
@@ -131,8 +135,20 @@ fn span_kind(d: Direction) -> SpanKind {
     }
 }
 
-/// The connection's spans: root first, then its phases, each inside the root.
+fn ip(a: &std::net::IpAddr) -> Attr<'_> {
+    Attr::Host(Host::Ip(a))
+}
+
+/// The connection's spans, as values (tests).
+#[cfg(test)]
 pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
+    let mut out = Vec::new();
+    conn_spans(r, ids, &mut out);
+    out
+}
+
+/// The connection's spans: root first, then its phases, each inside the root.
+pub fn conn_spans(r: &ConnRecord, ids: &mut Ids, out: &mut impl SpanOut) {
     let trace_id = ids.trace_id();
     let root_id = ids.span_id();
     let e = ends(r);
@@ -147,93 +163,84 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(start, |d| d.as_nanos() as u64)
     });
-    let mut attrs = vec![
-        s("network.peer.address", ip_text(&r.remote_addr)),
-        i("network.peer.port", i64::from(r.remote_port)),
-        s("network.local.address", ip_text(&r.local_addr)),
-        i("network.local.port", i64::from(r.local_port)),
-        s(
+    let mut error = r.error.map(error_type);
+    if r.tls.as_ref().is_some_and(|t| t.handshake_error.is_some()) && error.is_none() {
+        error = Some("tls_handshake_failed");
+    }
+    {
+        let mut b = out.span(Head {
+            trace_id,
+            span_id: root_id,
+            parent_span_id: None,
+            name: format_args!("tcp {}:{}", e.server, e.server_port),
+            kind: span_kind(r.direction),
+            start_time_unix_nano: start,
+            end_time_unix_nano: end.max(start),
+        });
+        b.attr("network.peer.address", ip(&r.remote_addr));
+        b.int("network.peer.port", i64::from(r.remote_port));
+        b.attr("network.local.address", ip(&r.local_addr));
+        b.int("network.local.port", i64::from(r.local_port));
+        b.str(
             "network.type",
             match r.family {
                 Family::Ipv4 => "ipv4",
                 Family::Ipv6 => "ipv6",
             },
-        ),
-        s("network.transport", "tcp"),
-        s("server.address", e.server_addr.clone()),
-        i("server.port", i64::from(e.server_port)),
-        i("observer.tcp.retransmits", i64::from(r.retransmits)),
-        i("observer.bytes_sent", r.bytes_sent as i64),
-        i("observer.bytes_received", r.bytes_received as i64),
-    ];
-    if r.direction == Direction::Inbound {
-        attrs.push(s("client.address", ip_text(&r.remote_addr)));
-        attrs.push(i("client.port", i64::from(r.remote_port)));
-    }
-    if let Some(d) = &r.dns {
-        attrs.push(s("dns.question.name", d.name.to_string()));
-    }
-    if let Some(srtt) = r.srtt_us {
-        attrs.push(f("observer.tcp.srtt", f64::from(srtt) / 1e6));
-    }
-    // On TLS the socket's first byte back is the server's handshake flight:
-    // only the `tls` object's first byte is the answer's.
-    let ttfb = r.answer_ttfb_ns();
-    if let Some(t) = ttfb {
-        attrs.push(f("observer.ttfb", t as f64 / 1e9));
-    }
-    let mut error = r.error.map(error_type);
-    if let Some(t) = &r.tls {
-        attrs.push(s("observer.tls.library", t.library.unwrap_or("none")));
-        attrs.push(s("observer.tls.source", tls_source(t.source)));
-        if let Some(v) = t.version {
-            attrs.push(s("tls.protocol.version", v));
+        );
+        b.str("network.transport", "tcp");
+        b.attr("server.address", Attr::Host(e.server));
+        b.int("server.port", i64::from(e.server_port));
+        b.int("observer.tcp.retransmits", i64::from(r.retransmits));
+        b.int("observer.bytes_sent", r.bytes_sent as i64);
+        b.int("observer.bytes_received", r.bytes_received as i64);
+        if r.direction == Direction::Inbound {
+            b.attr("client.address", ip(&r.remote_addr));
+            b.int("client.port", i64::from(r.remote_port));
         }
-        if t.handshake_error.is_some() && error.is_none() {
-            error = Some("tls_handshake_failed");
+        if let Some(d) = &r.dns {
+            b.str("dns.question.name", &d.name);
         }
-    }
-    if let Some(et) = error {
-        attrs.push(s("error.type", et));
-    }
-    gpu_attributes(r.gpu.as_ref(), &mut attrs);
-    attrs.push(s(
-        "observer.diagnosis.cause",
-        crate::diagnose::cause_of_conn(r),
-    ));
-    let kind = span_kind(r.direction);
-    // The first request's trace holds the connection's phases: this one
-    // links there instead of repeating them.
-    let links = match r.first_request {
-        Some(_) => vec![Link {
-            trace_id: ids.connection_trace_id(r.conn_key),
-            span_id: ids.connection_span_id(r.conn_key),
-            attributes: vec![s(
+        if let Some(srtt) = r.srtt_us {
+            b.double("observer.tcp.srtt", f64::from(srtt) / 1e6);
+        }
+        // On TLS the socket's first byte back is the server's handshake flight:
+        // only the `tls` object's first byte is the answer's.
+        if let Some(t) = r.answer_ttfb_ns() {
+            b.double("observer.ttfb", t as f64 / 1e9);
+        }
+        if let Some(t) = &r.tls {
+            b.str("observer.tls.library", t.library.unwrap_or("none"));
+            b.str("observer.tls.source", tls_source(t.source));
+            if let Some(v) = t.version {
+                b.str("tls.protocol.version", v);
+            }
+        }
+        if let Some(et) = error {
+            b.str("error.type", et);
+        }
+        gpu_attributes(r.gpu.as_ref(), &mut b);
+        b.str(
+            "observer.diagnosis.cause",
+            crate::diagnose::cause_of_conn(r),
+        );
+        // The first request's trace holds the connection's phases: this one
+        // links there instead of repeating them.
+        if r.first_request.is_some() {
+            b.link(
+                ids.connection_trace_id(r.conn_key),
+                ids.connection_span_id(r.conn_key),
                 "observer.link",
                 "first request, with the connection's phases",
-            )],
-        }],
-        None => Vec::new(),
-    };
-    let mut out = vec![Span {
-        trace_id,
-        span_id: root_id,
-        name: format!("tcp {}:{}", e.server_addr, e.server_port),
-        kind,
-        start_time_unix_nano: start,
-        end_time_unix_nano: end.max(start),
-        attributes: attrs,
-        links,
-        status: Some(Status {
-            code: if error.is_some() {
-                StatusCode::Error
-            } else {
-                StatusCode::Unset
-            },
-            message: String::new(),
-        }),
-        ..Span::default()
-    }];
+            );
+        }
+        let code = if error.is_some() {
+            StatusCode::Error
+        } else {
+            StatusCode::Unset
+        };
+        b.status(code, "");
+    }
     let window = Window {
         trace_id,
         parent: root_id,
@@ -241,10 +248,10 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         end,
     };
     if r.first_request.is_none() {
-        phase_spans(r, &e, &window, ids, &mut out);
+        phase_spans(r, &e, &window, ids, out);
     }
     if r.first_request.is_some_and(|f| f.waited) {
-        return out;
+        return;
     }
     let wait = match &r.tls {
         Some(t) => t.ttfb_start_unix_ns.zip(t.ttfb_ns),
@@ -254,9 +261,8 @@ pub fn spans(r: &ConnRecord, ids: &mut Ids) -> Vec<Span> {
         },
     };
     if let Some((from, len)) = wait {
-        out.push(window.child(ids, "wait first byte".to_owned(), from, len, Vec::new()));
+        window.child(ids, out, format_args!("wait first byte"), from, len);
     }
-    out
 }
 
 /// Where a trace's child spans go: under `parent`, inside [start, end].
@@ -268,18 +274,19 @@ struct Window {
 }
 
 impl Window {
-    fn child(
+    /// A child span; its attributes follow through the returned body.
+    fn child<'o, O: SpanOut>(
         &self,
         ids: &mut Ids,
-        name: String,
+        out: &'o mut O,
+        name: std::fmt::Arguments<'_>,
         from: u64,
         len: u64,
-        attrs: Vec<KeyValue>,
-    ) -> Span {
+    ) -> O::Body<'o> {
         // Children lie inside their parent.
         let from = from.clamp(self.start, self.end);
         let to = from.saturating_add(len).min(self.end.max(from));
-        Span {
+        out.span(Head {
             trace_id: self.trace_id,
             span_id: ids.span_id(),
             parent_span_id: Some(self.parent),
@@ -287,62 +294,58 @@ impl Window {
             kind: SpanKind::Internal,
             start_time_unix_nano: from,
             end_time_unix_nano: to,
-            attributes: attrs,
-            ..Span::default()
-        }
+        })
     }
 }
 
 /// A connection's phases as child spans: the lookup that led to it, the
 /// socket connect, the TLS handshake.
-fn phase_spans(r: &ConnRecord, e: &Ends, w: &Window, ids: &mut Ids, out: &mut Vec<Span>) {
+fn phase_spans(r: &ConnRecord, e: &Ends, w: &Window, ids: &mut Ids, out: &mut impl SpanOut) {
     if let Some(d) = &r.dns {
-        out.push(w.child(
+        let name = &*d.name;
+        let mut b = w.child(
             ids,
-            format!("DNS lookup {}", d.name),
+            out,
+            format_args!("DNS lookup {name}"),
             d.start_unix_ns,
             d.duration_ns,
-            vec![
-                s("dns.question.name", d.name.to_string()),
-                s("observer.dns.result", d.result),
-            ],
-        ));
+        );
+        b.str("dns.question.name", name);
+        b.str("observer.dns.result", d.result);
     }
     if let Some(c) = r.connect_ns {
-        out.push(w.child(
+        let peer = Host::Ip(&r.remote_addr);
+        let mut b = w.child(
             ids,
-            format!(
-                "socket connect {}:{}",
-                ip_text(&r.remote_addr),
-                r.remote_port
-            ),
+            out,
+            format_args!("socket connect {peer}:{}", r.remote_port),
             r.start_unix_ns,
             c,
-            vec![
-                s("network.peer.address", ip_text(&r.remote_addr)),
-                i("network.peer.port", i64::from(r.remote_port)),
-            ],
-        ));
+        );
+        b.attr("network.peer.address", ip(&r.remote_addr));
+        b.int("network.peer.port", i64::from(r.remote_port));
     }
     if let Some(t) = &r.tls {
         if let (Some(from), Some(len)) = (t.handshake_start_unix_ns, t.handshake_ns) {
             // A client's span runs from the TCP connection (its TLS setup
             // included), so the phases tile the connection as curl -w does.
             let setup = t.setup_ns.unwrap_or(0);
-            let name = match r.direction {
-                Direction::Outbound => format!("TLS client handshake {}", e.server_addr),
-                Direction::Inbound => "TLS server handshake".to_owned(),
+            let (from, len) = (from.saturating_sub(setup), len + setup);
+            let server = e.server;
+            let mut b = match r.direction {
+                Direction::Outbound => w.child(
+                    ids,
+                    out,
+                    format_args!("TLS client handshake {server}"),
+                    from,
+                    len,
+                ),
+                Direction::Inbound => {
+                    w.child(ids, out, format_args!("TLS server handshake"), from, len)
+                }
             };
-            out.push(w.child(
-                ids,
-                name,
-                from.saturating_sub(setup),
-                len + setup,
-                vec![
-                    s("observer.tls.library", t.library.unwrap_or("none")),
-                    s("observer.tls.source", tls_source(t.source)),
-                ],
-            ));
+            b.str("observer.tls.library", t.library.unwrap_or("none"));
+            b.str("observer.tls.source", tls_source(t.source));
         }
     }
 }
@@ -354,53 +357,56 @@ fn tls_source(s: crate::tls::TlsSource) -> &'static str {
     }
 }
 
-/// A lookup of its own: one CLIENT span.
+/// A lookup of its own, as values (tests).
+#[cfg(test)]
 pub fn dns_spans(r: &DnsRecord, ids: &mut Ids) -> Vec<Span> {
-    let mut attrs = vec![
-        s("dns.question.name", r.name.to_string()),
-        s("observer.dns.qtype", r.qtype.to_string()),
-        s("observer.dns.result", r.result),
-        s("observer.dns.source", r.source),
-    ];
-    if let Some(server) = &r.server {
-        attrs.push(s("server.address", server.clone()));
-        attrs.push(i("server.port", 53));
-    }
-    if let Some(t) = r.transport {
-        attrs.push(s("network.transport", t));
-    }
-    if let Some(rcode) = &r.rcode {
-        attrs.push(s("observer.dns.rcode", rcode.to_string()));
-    }
-    if let Some(n) = r.retries {
-        attrs.push(i("observer.dns.retries", i64::from(n)));
-    }
-    if !r.answers.is_empty() {
-        let answers: Vec<String> = r.answers.iter().map(ToString::to_string).collect();
-        attrs.push(s("observer.dns.answers", answers.join(",")));
-    }
-    let failed = r.result != "ok";
-    if failed {
-        attrs.push(s("error.type", r.result));
-    }
-    vec![Span {
+    let mut out = Vec::new();
+    lookup_span(r, ids, &mut out);
+    out
+}
+
+/// A lookup of its own: one CLIENT span.
+pub fn lookup_span(r: &DnsRecord, ids: &mut Ids, out: &mut impl SpanOut) {
+    let name = &*r.name;
+    let mut b = out.span(Head {
         trace_id: ids.trace_id(),
         span_id: ids.span_id(),
-        name: format!("DNS lookup {}", r.name),
+        parent_span_id: None,
+        name: format_args!("DNS lookup {name}"),
         kind: SpanKind::Client,
         start_time_unix_nano: r.start_unix_ns,
         end_time_unix_nano: r.start_unix_ns + r.duration_ns,
-        attributes: attrs,
-        status: failed.then(|| Status {
-            code: StatusCode::Error,
-            message: r.result.to_owned(),
-        }),
-        ..Span::default()
-    }]
+    });
+    b.str("dns.question.name", name);
+    b.str("observer.dns.qtype", &r.qtype);
+    b.str("observer.dns.result", r.result);
+    b.str("observer.dns.source", r.source);
+    if let Some(server) = &r.server {
+        b.str("server.address", server);
+        b.int("server.port", 53);
+    }
+    if let Some(t) = r.transport {
+        b.str("network.transport", t);
+    }
+    if let Some(rcode) = &r.rcode {
+        b.str("observer.dns.rcode", rcode);
+    }
+    if let Some(n) = r.retries {
+        b.int("observer.dns.retries", i64::from(n));
+    }
+    if !r.answers.is_empty() {
+        let answers: Vec<String> = r.answers.iter().map(ToString::to_string).collect();
+        b.str("observer.dns.answers", &answers.join(","));
+    }
+    let failed = r.result != "ok";
+    if failed {
+        b.str("error.type", r.result);
+        b.status(StatusCode::Error, r.result);
+    }
 }
 
 /// The GPU the process used most during the span, as attributes.
-fn gpu_attributes(gpu: Option<&crate::gpu::GpuRecord>, attrs: &mut Vec<KeyValue>) {
+fn gpu_attributes(gpu: Option<&crate::gpu::GpuRecord>, b: &mut impl SpanBody) {
     let Some(d) = gpu.and_then(|g| {
         g.devices
             .iter()
@@ -409,29 +415,75 @@ fn gpu_attributes(gpu: Option<&crate::gpu::GpuRecord>, attrs: &mut Vec<KeyValue>
         return;
     };
     if let Some(id) = &d.uuid {
-        attrs.push(s("hw.id", id.clone()));
+        b.str("hw.id", id);
     }
     if let Some(v) = d.utilization_gpu_pct_max {
-        attrs.push(f("observer.gpu.utilization.max", f64::from(v) / 100.0));
+        b.double("observer.gpu.utilization.max", f64::from(v) / 100.0);
     }
     if let Some(v) = d.utilization_gpu_pct_avg {
-        attrs.push(f("observer.gpu.utilization.avg", v / 100.0));
+        b.double("observer.gpu.utilization.avg", v / 100.0);
     }
     if let Some(v) = d.process_used_memory_bytes {
-        attrs.push(i("observer.gpu.process.memory.usage", v as i64));
+        b.int("observer.gpu.process.memory.usage", v as i64);
     }
     if d.throttle_reasons != 0 {
-        attrs.push(i(
-            "observer.gpu.throttle_reasons",
-            d.throttle_reasons as i64,
-        ));
+        b.int("observer.gpu.throttle_reasons", d.throttle_reasons as i64);
     }
 }
 
-/// A request as a trace: one span, `{method}` (HTTP semantic conventions)
-/// or `{operation} {model}` for an LLM API call (GenAI conventions), CLIENT
-/// or SERVER, with a child for the wait for the answer's first byte.
+/// A request's spans, as values (tests).
+#[cfg(test)]
 pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
+    let mut out = Vec::new();
+    write_request_spans(r, ids, &mut out);
+    out
+}
+
+/// A request's span name: `{method}` (HTTP semantic conventions),
+/// `{operation} {model}` for an LLM API call (GenAI conventions),
+/// `{rpc.service}/{rpc.method}` for a gRPC call.
+fn request_name(r: &RequestRecord) -> Cow<'_, str> {
+    if let Some(rpc) = &r.rpc {
+        return format!(
+            "{}/{}",
+            rpc.service.as_deref().unwrap_or("unknown"),
+            rpc.method.as_deref().unwrap_or("unknown")
+        )
+        .into();
+    }
+    if let Some(g) = &r.gen_ai {
+        return match &g.request_model {
+            Some(m) => format!("{} {m}", g.operation).into(),
+            None => g.operation.into(),
+        };
+    }
+    r.method.as_deref().unwrap_or("HTTP").into()
+}
+
+/// A request's `error.type`, if it failed.
+fn request_error(r: &RequestRecord) -> Option<Cow<'static, str>> {
+    // The HTTP conventions: a server's 5xx, a client's 4xx and 5xx are errors.
+    let bad_status = r.status.is_some_and(|st| match r.direction {
+        Direction::Outbound => st >= 400,
+        Direction::Inbound => st >= 500,
+    });
+    if let Some(e) = r.error {
+        return Some(e.into());
+    }
+    if bad_status {
+        return Some(r.status.unwrap_or(0).to_string().into());
+    }
+    r.rpc
+        .as_ref()
+        .and_then(|rpc| rpc.grpc_status)
+        .filter(|&c| grpc_error(c, r.direction))
+        .map(|c| c.to_string().into())
+}
+
+/// A request as a trace: one span, CLIENT or SERVER, with a child for the
+/// wait for the answer's first byte (and, for a connection's first request,
+/// the connection's phases).
+pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl SpanOut) {
     // A connection's first request is the trace of the connection's set-up
     // too; later requests on it link to that trace.
     let first = r.connection.as_deref();
@@ -442,85 +494,8 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         ),
         None => (ids.trace_id(), ids.span_id()),
     };
-    let links = match r.request_index {
-        Some(n) if n > 1 => vec![Link {
-            trace_id: ids.connection_trace_id(r.conn_key),
-            span_id: ids.connection_span_id(r.conn_key),
-            attributes: vec![s("observer.link", "connection's first request")],
-        }],
-        _ => Vec::new(),
-    };
-    let (server, port) = r.server();
-    let method = r.method.clone().unwrap_or_else(|| "HTTP".into());
-    let mut attrs = vec![
-        s("http.request.method", method.clone()),
-        s("server.address", server),
-        i("server.port", i64::from(port)),
-        s(
-            "network.protocol.version",
-            if r.stream_id.is_some() { "2" } else { "1.1" },
-        ),
-        i("observer.request_bytes", r.request_bytes as i64),
-        i("observer.response_bytes", r.response_bytes as i64),
-    ];
-    if let Some(p) = &r.path {
-        attrs.push(s("url.path", p.clone()));
-        if r.direction == Direction::Inbound {
-            attrs.push(s("http.route", crate::http::route::template(p)));
-        }
-    }
-    if let Some(st) = r.status {
-        attrs.push(i("http.response.status_code", i64::from(st)));
-    }
-    if let Some(n) = r.request_index {
-        attrs.push(i("observer.request_index", i64::from(n)));
-    }
-    if let Some(id) = r.stream_id {
-        attrs.push(i("observer.http2.stream_id", i64::from(id)));
-    }
-    if let Some(code) = r.reset_code {
-        attrs.push(i("observer.http2.reset_code", i64::from(code)));
-    }
-    if let Some(st) = &r.stream {
-        if let Some(n) = st.events {
-            attrs.push(i("observer.stream.events", i64::from(n)));
-        }
-    }
-    gpu_attributes(r.gpu.as_ref(), &mut attrs);
-    attrs.push(s(
-        "observer.diagnosis.cause",
-        crate::diagnose::cause_of_request(r),
-    ));
-    let mut name = method;
-    if let Some(g) = &r.gen_ai {
-        name = match &g.request_model {
-            Some(m) => format!("{} {m}", g.operation),
-            None => g.operation.to_owned(),
-        };
-        gen_ai_attributes(g, &mut attrs);
-    }
-    // The HTTP conventions: a server's 5xx, a client's 4xx and 5xx are errors.
-    let bad_status = r.status.is_some_and(|st| match r.direction {
-        Direction::Outbound => st >= 400,
-        Direction::Inbound => st >= 500,
-    });
-    let mut error = r
-        .error
-        .map(str::to_owned)
-        .or_else(|| bad_status.then(|| r.status.unwrap_or(0).to_string()));
-    if let Some(rpc) = &r.rpc {
-        name = rpc_attributes(rpc, &mut attrs);
-        if error.is_none() {
-            error = rpc
-                .grpc_status
-                .filter(|&c| grpc_error(c, r.direction))
-                .map(|c| c.to_string());
-        }
-    }
-    if let Some(e) = &error {
-        attrs.push(s("error.type", e.clone()));
-    }
-    let kind = span_kind(r.direction);
+    let (server, port) = r.server_end();
+    let error = request_error(r);
     // The first request's span starts with its connection's first phase.
     let start = first.map_or(r.start_unix_ns, |c| {
         c.dns
@@ -529,21 +504,73 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
             .min(r.start_unix_ns)
     });
     let end = r.end_unix_ns.max(start);
-    let mut out = vec![Span {
-        trace_id,
-        span_id: root_id,
-        name,
-        kind,
-        start_time_unix_nano: start,
-        end_time_unix_nano: end,
-        attributes: attrs,
-        links,
-        status: error.map(|e| Status {
-            code: StatusCode::Error,
-            message: e,
-        }),
-        ..Span::default()
-    }];
+    let name = request_name(r);
+    {
+        let mut b = out.span(Head {
+            trace_id,
+            span_id: root_id,
+            parent_span_id: None,
+            name: format_args!("{name}"),
+            kind: span_kind(r.direction),
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+        });
+        b.str("http.request.method", r.method.as_deref().unwrap_or("HTTP"));
+        b.attr("server.address", Attr::Host(server));
+        b.int("server.port", i64::from(port));
+        b.str(
+            "network.protocol.version",
+            if r.stream_id.is_some() { "2" } else { "1.1" },
+        );
+        b.int("observer.request_bytes", r.request_bytes as i64);
+        b.int("observer.response_bytes", r.response_bytes as i64);
+        if let Some(p) = &r.path {
+            b.str("url.path", p);
+            if r.direction == Direction::Inbound {
+                b.str("http.route", &crate::http::route::template(p));
+            }
+        }
+        if let Some(st) = r.status {
+            b.int("http.response.status_code", i64::from(st));
+        }
+        if let Some(n) = r.request_index {
+            b.int("observer.request_index", i64::from(n));
+        }
+        if let Some(id) = r.stream_id {
+            b.int("observer.http2.stream_id", i64::from(id));
+        }
+        if let Some(code) = r.reset_code {
+            b.int("observer.http2.reset_code", i64::from(code));
+        }
+        if let Some(n) = r.stream.as_ref().and_then(|st| st.events) {
+            b.int("observer.stream.events", i64::from(n));
+        }
+        gpu_attributes(r.gpu.as_ref(), &mut b);
+        b.str(
+            "observer.diagnosis.cause",
+            crate::diagnose::cause_of_request(r),
+        );
+        if let Some(g) = &r.gen_ai {
+            gen_ai_attributes(g, &mut b);
+        }
+        if let Some(rpc) = &r.rpc {
+            rpc_attributes(rpc, &mut b);
+        }
+        if let Some(e) = &error {
+            b.str("error.type", e);
+        }
+        if matches!(r.request_index, Some(n) if n > 1) {
+            b.link(
+                ids.connection_trace_id(r.conn_key),
+                ids.connection_span_id(r.conn_key),
+                "observer.link",
+                "connection's first request",
+            );
+        }
+        if let Some(e) = &error {
+            b.status(StatusCode::Error, e);
+        }
+    }
     let window = Window {
         trace_id,
         parent: root_id,
@@ -551,52 +578,45 @@ pub fn request_spans(r: &RequestRecord, ids: &mut Ids) -> Vec<Span> {
         end,
     };
     if let Some(c) = first {
-        phase_spans(c, &ends(c), &window, ids, &mut out);
+        phase_spans(c, &ends(c), &window, ids, out);
     }
     if let Some(t) = r.ttfb_ns {
-        out.push(window.child(
+        window.child(
             ids,
-            "wait first byte".into(),
+            out,
+            format_args!("wait first byte"),
             r.start_unix_ns,
             t,
-            Vec::new(),
-        ));
+        );
     }
-    out
 }
 
-/// The RPC conventions' attributes of a gRPC call; returns the span's name,
-/// `{rpc.service}/{rpc.method}`.
-fn rpc_attributes(rpc: &crate::http::RpcRecord, attrs: &mut Vec<KeyValue>) -> String {
-    attrs.push(s("rpc.system", rpc.system));
+/// The RPC conventions' attributes of a gRPC call.
+fn rpc_attributes(rpc: &crate::http::RpcRecord, b: &mut impl SpanBody) {
+    b.str("rpc.system", rpc.system);
     if let Some(v) = &rpc.service {
-        attrs.push(s("rpc.service", v.clone()));
+        b.str("rpc.service", v);
     }
     if let Some(v) = &rpc.method {
-        attrs.push(s("rpc.method", v.clone()));
+        b.str("rpc.method", v);
     }
     if let Some(c) = rpc.grpc_status {
-        attrs.push(i("rpc.grpc.status_code", i64::from(c)));
+        b.int("rpc.grpc.status_code", i64::from(c));
     }
     if let Some(m) = &rpc.grpc_message {
-        attrs.push(s("observer.rpc.grpc_message", m.clone()));
+        b.str("observer.rpc.grpc_message", m);
     }
     for (key, n) in [
         ("observer.rpc.request_messages", rpc.request_messages),
         ("observer.rpc.response_messages", rpc.response_messages),
     ] {
         if let Some(n) = n {
-            attrs.push(i(key, i64::from(n)));
+            b.int(key, i64::from(n));
         }
     }
     if let Some(t) = rpc.time_to_first_message_ns {
-        attrs.push(f("observer.rpc.time_to_first_message", t as f64 / 1e9));
+        b.double("observer.rpc.time_to_first_message", t as f64 / 1e9);
     }
-    format!(
-        "{}/{}",
-        rpc.service.as_deref().unwrap_or("unknown"),
-        rpc.method.as_deref().unwrap_or("unknown")
-    )
 }
 
 /// The RPC conventions: any status but OK is a client's error; a server's
@@ -609,45 +629,34 @@ pub fn grpc_error(code: u32, dir: Direction) -> bool {
     }
 }
 
-/// One export request for many records, one resource per process.
-pub fn request(
+/// Writes the records' spans into `batch`, one resource per process.
+pub fn write_batch(
     records: &[Traced],
     host: &str,
     service_name: Option<&str>,
     ids: &mut Ids,
-) -> TraceRequest {
-    let mut by_pid: HashMap<Option<u32>, (Vec<KeyValue>, Vec<Span>)> = HashMap::new();
+    batch: &mut TraceBatch,
+) {
     for r in records {
-        let entry = by_pid
-            .entry(r.pid())
-            .or_insert_with(|| (resource(r, host, service_name), Vec::new()));
+        let out = batch.spans_of(r.pid(), || resource(r, host, service_name));
         match r {
-            Traced::Conn(c) => entry.1.extend(spans(c, ids)),
-            Traced::Dns(d) => entry.1.extend(dns_spans(d, ids)),
-            Traced::Request(r) => entry.1.extend(request_spans(r, ids)),
+            Traced::Conn(c) => conn_spans(c, ids, out),
+            Traced::Dns(d) => lookup_span(d, ids, out),
+            Traced::Request(q) => write_request_spans(q, ids, out),
         }
-    }
-    TraceRequest {
-        resource_spans: by_pid
-            .into_values()
-            .map(|(attributes, spans)| ResourceSpans {
-                resource: Some(Resource { attributes }),
-                scope_spans: vec![ScopeSpans { spans }],
-            })
-            .collect(),
     }
 }
 
 /// The GenAI conventions' attributes of an LLM API call's span, and ours
 /// for what they do not name (content gaps, per-token time).
-fn gen_ai_attributes(g: &crate::http::GenAi, attrs: &mut Vec<KeyValue>) {
-    attrs.push(s("gen_ai.operation.name", g.operation));
-    attrs.push(s("gen_ai.provider.name", g.provider));
+fn gen_ai_attributes(g: &crate::http::GenAi, b: &mut impl SpanBody) {
+    b.str("gen_ai.operation.name", g.operation);
+    b.str("gen_ai.provider.name", g.provider);
     if let Some(m) = &g.request_model {
-        attrs.push(s("gen_ai.request.model", m.clone()));
+        b.str("gen_ai.request.model", m);
     }
     if let Some(m) = &g.response_model {
-        attrs.push(s("gen_ai.response.model", m.clone()));
+        b.str("gen_ai.response.model", m);
     }
     let counts = [
         ("gen_ai.usage.input_tokens", g.input_tokens),
@@ -663,19 +672,19 @@ fn gen_ai_attributes(g: &crate::http::GenAi, attrs: &mut Vec<KeyValue>) {
     ];
     for (key, n) in counts {
         if let Some(n) = n {
-            attrs.push(i(key, n as i64));
+            b.int(key, n as i64);
         }
     }
     if let Some(reason) = &g.finish_reason {
-        attrs.push(s("gen_ai.response.finish_reasons", reason.clone()));
+        b.str("gen_ai.response.finish_reasons", reason);
     }
     if let Some(t) = g.time_to_first_token_ns {
-        attrs.push(f("gen_ai.response.time_to_first_chunk", t as f64 / 1e9));
+        b.double("gen_ai.response.time_to_first_chunk", t as f64 / 1e9);
     }
-    attrs.push(i(
+    b.int(
         "observer.gen_ai.content_events",
         i64::from(g.content_events),
-    ));
+    );
     if let Some(gaps) = &g.content_gaps {
         for (key, ns) in [
             ("observer.gen_ai.gap.mean", gaps.mean_ns),
@@ -683,25 +692,25 @@ fn gen_ai_attributes(g: &crate::http::GenAi, attrs: &mut Vec<KeyValue>) {
             ("observer.gen_ai.gap.p99", gaps.p99_ns),
             ("observer.gen_ai.gap.max", gaps.max_ns),
         ] {
-            attrs.push(f(key, ns as f64 / 1e9));
+            b.double(key, ns as f64 / 1e9);
         }
     }
     if let Some(t) = g.time_per_output_token_ns {
-        attrs.push(f("observer.gen_ai.time_per_output_token", t as f64 / 1e9));
+        b.double("observer.gen_ai.time_per_output_token", t as f64 / 1e9);
     }
     if let Some(r) = g.output_tokens_per_second {
-        attrs.push(f("observer.gen_ai.output_tokens_per_second", r));
+        b.double("observer.gen_ai.output_tokens_per_second", r);
     }
     if g.unreadable_events > 0 {
-        attrs.push(i(
+        b.int(
             "observer.gen_ai.unreadable_events",
             i64::from(g.unreadable_events),
-        ));
+        );
     }
-    attrs.push(s(
+    b.str(
         "gen_ai.request.stream",
         if g.stream { "true" } else { "false" },
-    ));
+    );
 }
 
 #[cfg(test)]
@@ -710,6 +719,16 @@ mod tests {
 
     use super::*;
     use crate::{clock::Clock, record::State};
+
+    /// The records' export request, as a collector decodes it.
+    fn encoded(
+        records: &[Traced],
+    ) -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest {
+        let mut batch = TraceBatch::default();
+        write_batch(records, "h", None, &mut Ids::new(), &mut batch);
+        let bytes = batch.encode();
+        prost::Message::decode(bytes.as_slice()).expect("decodes")
+    }
 
     /// A closed client connection to 10.0.0.1:80: connected in 2 µs, its
     /// first byte 5 µs after its first send.
@@ -759,12 +778,7 @@ mod tests {
             assert_eq!(child.parent_span_id, Some(s[0].span_id));
             assert_eq!(child.trace_id, s[0].trace_id);
         }
-        let req = request(
-            &[Traced::Conn(r.clone()), Traced::Conn(r)],
-            "h",
-            None,
-            &mut Ids::new(),
-        );
+        let req = encoded(&[Traced::Conn(r.clone()), Traced::Conn(r)]);
         assert_eq!(req.resource_spans.len(), 1, "one resource per process");
         assert_eq!(req.resource_spans[0].scope_spans[0].spans.len(), 6);
     }
@@ -814,9 +828,9 @@ mod tests {
             transport: Some("udp"),
             call: None,
         };
-        let req = request(&[Traced::Dns(r)], "h", None, &mut Ids::new());
+        let req = encoded(&[Traced::Dns(r)]);
         let rs = &req.resource_spans[0];
-        let attr = |kv: &[KeyValue], k: &str| {
+        let attr = |kv: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str| {
             kv.iter()
                 .find(|a| a.key == k)
                 .map(|a| format!("{:?}", a.value))
@@ -830,7 +844,7 @@ mod tests {
         assert_eq!(spans.len(), 1);
         let s = &spans[0];
         assert_eq!(s.name, "DNS lookup gone.test");
-        assert_eq!(s.kind, SpanKind::Client);
+        assert_eq!(s.kind, SpanKind::Client as i32);
         assert_eq!(
             (s.start_time_unix_nano, s.end_time_unix_nano),
             (1_000, 6_000)
@@ -841,6 +855,9 @@ mod tests {
         assert!(attr(&s.attributes, "error.type")
             .expect("error")
             .contains("nxdomain"));
-        assert_eq!(s.status.as_ref().map(|st| st.code), Some(StatusCode::Error));
+        assert_eq!(
+            s.status.as_ref().map(|st| st.code),
+            Some(StatusCode::Error as i32)
+        );
     }
 }

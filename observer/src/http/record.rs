@@ -8,7 +8,7 @@ use super::conversation::{Cut, Exchange};
 use crate::{
     clock::Clock,
     output::{fmt_bytes, fmt_ns, fmt_time},
-    record::{ip_text, ConnRecord, Direction},
+    record::{ConnRecord, Direction, Host},
 };
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -279,15 +279,22 @@ impl RequestRecord {
     /// for (without its port) and the port it connected to; for a server,
     /// its own address and port.
     pub fn server(&self) -> (String, u16) {
+        let (host, port) = self.server_end();
+        (host.to_string(), port)
+    }
+
+    /// The server's end, borrowed: the Host header's name (a client's),
+    /// else the address.
+    pub fn server_end(&self) -> (Host<'_>, u16) {
         match self.direction {
             Direction::Outbound => (
                 self.host
                     .as_deref()
-                    .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name).to_owned())
-                    .unwrap_or_else(|| ip_text(&self.remote_addr)),
+                    .map(|h| Host::Name(h.rsplit_once(':').map_or(h, |(name, _)| name)))
+                    .unwrap_or(Host::Ip(&self.remote_addr)),
                 self.remote_port,
             ),
-            Direction::Inbound => (ip_text(&self.local_addr), self.local_port),
+            Direction::Inbound => (Host::Ip(&self.local_addr), self.local_port),
         }
     }
 
