@@ -82,6 +82,28 @@ fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// `read`, straight into the heap: the large events (a plaintext event
+/// carries 1 KiB of payload room) are copied once, not once onto the stack
+/// and again into their box.
+fn read_boxed<T: Copy>(bytes: &[u8], kind: u32) -> Result<Box<T>, DecodeError> {
+    let want = std::mem::size_of::<T>();
+    if bytes.len() < want {
+        return Err(DecodeError::BadSize {
+            kind,
+            got: bytes.len(),
+            want,
+        });
+    }
+    let mut b = Box::<T>::new_uninit();
+    // SAFETY: length checked above; T is a plain-old-data repr(C) type from
+    // observer-common, valid for any bit pattern, so `want` bytes copied
+    // from the record initialise it whole.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.as_mut_ptr().cast::<u8>(), want);
+        Ok(b.assume_init())
+    }
+}
+
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     if bytes.len() < std::mem::size_of::<EventHeader>() {
@@ -125,14 +147,8 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 library: ev.library as u8,
             })
         }
-        EventKind::Dns => {
-            let ev: observer_common::dns::DnsEvent = read(bytes, hdr.kind)?;
-            Ok(Event::Dns(Box::new(ev)))
-        }
-        EventKind::DnsPacket => {
-            let ev: observer_common::dns::DnsPacketEvent = read(bytes, hdr.kind)?;
-            Ok(Event::DnsPacket(Box::new(ev)))
-        }
+        EventKind::Dns => Ok(Event::Dns(read_boxed(bytes, hdr.kind)?)),
+        EventKind::DnsPacket => Ok(Event::DnsPacket(read_boxed(bytes, hdr.kind)?)),
         EventKind::DnsSockReleased => {
             let ev: observer_common::dns::DnsSockEvent = read(bytes, hdr.kind)?;
             Ok(Event::DnsSockReleased {
@@ -147,7 +163,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 calls: ev.calls,
             })
         }
-        EventKind::Plaintext => Ok(Event::Plaintext(Box::new(read(bytes, hdr.kind)?))),
+        EventKind::Plaintext => Ok(Event::Plaintext(read_boxed(bytes, hdr.kind)?)),
         EventKind::TlsName => {
             let ev: TlsNameEvent = read(bytes, hdr.kind)?;
             Ok(Event::TlsName {

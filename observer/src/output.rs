@@ -93,7 +93,7 @@ pub fn text_line(r: &ConnRecord) -> String {
     reason = "connection records are most lines; boxing would allocate for each"
 )]
 pub enum Line {
-    Conn(ConnRecord),
+    Conn(Box<ConnRecord>),
     Dns(crate::dns::DnsRecord),
     Request(Box<crate::http::RequestRecord>),
 }

@@ -238,7 +238,7 @@ pub(crate) async fn correlate(
         }
         let export = sinks.export.as_ref().filter(|_| r.state == State::Closed);
         fan_out(
-            r,
+            Box::new(r),
             export,
             Traced::Conn,
             sinks.out.as_ref(),
@@ -290,7 +290,7 @@ pub(crate) async fn correlate(
     let export_unused = |rs: Vec<crate::dns::DnsRecord>| {
         let Some(tx) = &sinks.export else { return };
         for r in rs.into_iter().filter(|r| filter.matches_dns(r)) {
-            if tx.try_send(Traced::Dns(r)).is_err() {
+            if tx.try_send(Traced::Dns(Box::new(r))).is_err() {
                 Stats::add(&stats.export_full, 1);
             }
         }

@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::{
 };
 
 use super::attrs::{error_type, s};
-use crate::record::{ip_text, ConnRecord, Direction, Family};
+use crate::record::{ConnRecord, Direction, Family, Host};
 
 /// Explicit bucket bounds in seconds, 100 us to 10 s.
 pub const BUCKETS: [f64; 16] = [
@@ -234,42 +234,118 @@ fn describe(name: &str) -> &'static Described {
 
 /// One kind of value by metric, then by labels: a record's labels are
 /// looked up borrowed (a series already seen costs no copy of them) and
-/// compared only with the same metric's series.
-struct Series<V>(BTreeMap<&'static str, BTreeMap<Labels, V>>);
+/// compared only with the same metric's series. Values live in a vector and
+/// keep their place: a record's series, once found, are updated by index
+/// (`Metrics::record` binds them per connection peer).
+struct Series<V> {
+    index: BTreeMap<&'static str, BTreeMap<Labels, usize>>,
+    values: Vec<V>,
+    /// Places of removed series, for new ones.
+    free: Vec<usize>,
+}
 
 impl<V> Default for Series<V> {
     fn default() -> Self {
-        Self(BTreeMap::new())
+        Self {
+            index: BTreeMap::new(),
+            values: Vec::new(),
+            free: Vec::new(),
+        }
     }
 }
 
 impl<V> Series<V> {
+    fn find(&self, metric: &'static str, labels: &[(&'static str, String)]) -> Option<usize> {
+        self.index.get(metric)?.get(labels).copied()
+    }
+
     fn get_mut(
         &mut self,
         metric: &'static str,
         labels: &[(&'static str, String)],
     ) -> Option<&mut V> {
-        self.0.get_mut(metric)?.get_mut(labels)
+        let at = self.find(metric, labels)?;
+        Some(&mut self.values[at])
+    }
+
+    /// The series' place, made with a default value if new.
+    fn slot(&mut self, metric: &'static str, labels: Labels) -> usize
+    where
+        V: Default,
+    {
+        let m = self.index.entry(metric).or_default();
+        if let Some(&at) = m.get(&labels) {
+            return at;
+        }
+        let at = match self.free.pop() {
+            Some(at) => {
+                self.values[at] = V::default();
+                at
+            }
+            None => {
+                self.values.push(V::default());
+                self.values.len() - 1
+            }
+        };
+        m.insert(labels, at);
+        at
     }
 
     fn entry(&mut self, metric: &'static str, labels: Labels) -> &mut V
     where
         V: Default,
     {
-        self.0.entry(metric).or_default().entry(labels).or_default()
+        let at = self.slot(metric, labels);
+        &mut self.values[at]
     }
 
-    fn insert(&mut self, metric: &'static str, labels: Labels, v: V) {
-        self.0.entry(metric).or_default().insert(labels, v);
+    fn insert(&mut self, metric: &'static str, labels: Labels, v: V)
+    where
+        V: Default,
+    {
+        *self.entry(metric, labels) = v;
+    }
+
+    /// Takes every series of `metric` out.
+    fn remove_metric(&mut self, metric: &'static str) {
+        if let Some(m) = self.index.remove(metric) {
+            self.free.extend(m.into_values());
+        }
     }
 
     /// Every series in (metric, labels) order.
     fn iter(&self) -> impl Iterator<Item = (&'static str, &Labels, &V)> {
-        self.0
+        self.index
             .iter()
-            .flat_map(|(&name, m)| m.iter().map(move |(l, v)| (name, l, v)))
+            .flat_map(move |(&name, m)| m.iter().map(move |(l, &at)| (name, l, &self.values[at])))
     }
 }
+
+/// The series a closed connection updates, by the labels its peer gives
+/// them (direction, network, executable, server, port), found on the first
+/// record and then updated by place. A connection that failed counts
+/// under its error type, looked up as before.
+#[derive(Default, Clone, Copy)]
+struct ConnSlots {
+    connect: Option<usize>,
+    handshake: Option<usize>,
+    ttfb: Option<usize>,
+    connections: Option<usize>,
+    retransmits: Option<usize>,
+    transmit: Option<usize>,
+    receive: Option<usize>,
+}
+
+/// Which kind of series `Metrics::place` looks in.
+#[derive(Clone, Copy)]
+enum Which {
+    Hist,
+    Counter,
+}
+
+/// Bound series are forgotten past this many peers (they are found again
+/// by their labels): the cache stays the size of the series it points to.
+const BOUND_PEERS: usize = 4096;
 
 #[derive(Default)]
 pub struct Metrics {
@@ -277,6 +353,14 @@ pub struct Metrics {
     counters: Series<u64>,
     gauges: Series<f64>,
     series: HashMap<&'static str, usize>,
+    /// Connection series by peer (see `ConnSlots`); the key is written
+    /// into `key` for each record, so a known peer costs no allocation.
+    bound: HashMap<String, ConnSlots>,
+    /// HTTP request series by method, server, path, status and error.
+    bound_requests: HashMap<String, usize>,
+    key: String,
+    /// `observer.diagnosis` series by (cause, record kind).
+    causes: HashMap<(&'static str, &'static str), usize>,
     /// Series per metric; past it, values go to one overflow series.
     pub max_series: usize,
     pub start_unix_ns: u64,
@@ -341,7 +425,7 @@ impl Metrics {
     /// Replaces every series of `metric` (a device or process gone stops
     /// being reported).
     pub fn replace_gauges(&mut self, metric: &'static str, values: Vec<(Labels, f64)>) {
-        self.gauges.0.remove(metric);
+        self.gauges.remove_metric(metric);
         for (l, v) in values {
             self.gauges.insert(metric, l, v);
         }
@@ -355,18 +439,17 @@ impl Metrics {
             .as_deref()
             .and_then(|p| p.rsplit('/').next())
             .or(r.comm.as_deref())
-            .unwrap_or("unknown")
-            .to_owned();
+            .unwrap_or("unknown");
         let (server, port) = match r.direction {
             Direction::Outbound => (
                 r.tls
                     .as_ref()
                     .and_then(|t| t.server_name.as_deref())
                     .or(r.dns.as_ref().map(|d| &*d.name))
-                    .map_or_else(|| ip_text(&r.remote_addr), str::to_owned),
+                    .map_or(Host::Ip(&r.remote_addr), Host::Name),
                 r.remote_port,
             ),
-            Direction::Inbound => (ip_text(&r.local_addr), r.local_port),
+            Direction::Inbound => (Host::Ip(&r.local_addr), r.local_port),
         };
         let direction = match r.direction {
             Direction::Outbound => "outbound",
@@ -376,55 +459,165 @@ impl Metrics {
             Family::Ipv4 => "ipv4",
             Family::Ipv6 => "ipv6",
         };
-        let base: Labels = vec![
-            ("direction", direction.into()),
-            ("network.type", net.into()),
-            ("process.executable.name", exe),
-            ("server.address", server),
-            ("server.port", port.to_string()),
-        ];
+        let base = || -> Labels {
+            vec![
+                ("direction", direction.into()),
+                ("network.type", net.into()),
+                ("process.executable.name", exe.to_owned()),
+                ("server.address", server.to_string()),
+                ("server.port", port.to_string()),
+            ]
+        };
+        {
+            use std::fmt::Write as _;
+            self.key.clear();
+            let _ = write!(self.key, "{direction}\0{net}\0{exe}\0{server}\0{port}");
+        }
+        let mut slots = self.bound.get(self.key.as_str()).copied();
+        let known = slots.is_some();
+        let s = slots.get_or_insert_default();
         if let Some(c) = r.connect_ns {
-            self.observe(CONNECT, &base, c as f64 / 1e9);
+            self.observe_bound(&mut s.connect, CONNECT, &base, c as f64 / 1e9);
         }
         if let Some(h) = r.tls.as_ref().and_then(|t| t.handshake_ns) {
-            self.observe(HANDSHAKE, &base, h as f64 / 1e9);
+            self.observe_bound(&mut s.handshake, HANDSHAKE, &base, h as f64 / 1e9);
         }
         if let Some(t) = r.answer_ttfb_ns() {
-            self.observe(TTFB, &base, t as f64 / 1e9);
+            self.observe_bound(&mut s.ttfb, TTFB, &base, t as f64 / 1e9);
         }
-        let mut outcome = base.clone();
         let err = r.error.map(error_type).or_else(|| {
             r.tls
                 .as_ref()
                 .and_then(|t| t.handshake_error)
                 .map(|_| "tls_handshake_failed")
         });
-        if let Some(e) = err {
-            outcome.insert(1, ("error.type", e.into()));
+        match err {
+            Some(e) => {
+                let mut outcome = base();
+                outcome.insert(1, ("error.type", e.into()));
+                self.add(CONNECTIONS, &outcome, 1);
+            }
+            None => self.add_bound(&mut s.connections, CONNECTIONS, &base, 1),
         }
-        self.add(CONNECTIONS, &outcome, 1);
         self.count_cause(crate::diagnose::cause_of_conn(r), "connection");
         if r.retransmits > 0 {
-            self.add(RETRANSMITS, &base, u64::from(r.retransmits));
+            self.add_bound(
+                &mut s.retransmits,
+                RETRANSMITS,
+                &base,
+                u64::from(r.retransmits),
+            );
         }
-        let mut l = base;
-        l.insert(2, ("network.io.direction", String::new()));
-        for (dir, bytes) in [("transmit", r.bytes_sent), ("receive", r.bytes_received)] {
-            dir.clone_into(&mut l[2].1);
-            self.add(IO, &l, bytes);
+        for (slot, dir, bytes) in [
+            (&mut s.transmit, "transmit", r.bytes_sent),
+            (&mut s.receive, "receive", r.bytes_received),
+        ] {
+            let io = || {
+                let mut l = base();
+                l.insert(2, ("network.io.direction", dir.into()));
+                l
+            };
+            self.add_bound(slot, IO, &io, bytes);
         }
+        let s = *s;
+        match self.bound.get_mut(self.key.as_str()) {
+            Some(b) => *b = s,
+            None => {
+                if !known && self.bound.len() >= BOUND_PEERS {
+                    self.bound.clear();
+                }
+                self.bound.insert(self.key.clone(), s);
+            }
+        }
+    }
+
+    /// A histogram's value into the series at `slot`, found (or admitted)
+    /// by `labels` the first time. An overflowed record is not bound: each
+    /// one counts in `overflowed`.
+    fn observe_bound(
+        &mut self,
+        slot: &mut Option<usize>,
+        metric: &'static str,
+        labels: &dyn Fn() -> Labels,
+        secs: f64,
+    ) {
+        let at = match *slot {
+            Some(at) => at,
+            None => {
+                let Some(at) = self.place(metric, &labels(), Which::Hist) else {
+                    return self.observe(metric, &labels(), secs);
+                };
+                *slot = Some(at);
+                at
+            }
+        };
+        self.hists.values[at].observe(bounds(metric), secs);
+    }
+
+    /// `observe_bound`, for a counter.
+    fn add_bound(
+        &mut self,
+        slot: &mut Option<usize>,
+        metric: &'static str,
+        labels: &dyn Fn() -> Labels,
+        v: u64,
+    ) {
+        let at = match *slot {
+            Some(at) => at,
+            None => {
+                let Some(at) = self.place(metric, &labels(), Which::Counter) else {
+                    return self.add(metric, &labels(), v);
+                };
+                *slot = Some(at);
+                at
+            }
+        };
+        self.counters.values[at] += v;
+    }
+
+    /// Where `metric`'s series for `labels` is, made if new; None when the
+    /// metric is full (the value goes to the overflow series).
+    fn place(
+        &mut self,
+        metric: &'static str,
+        labels: &[(&'static str, String)],
+        w: Which,
+    ) -> Option<usize> {
+        let found = match w {
+            Which::Hist => self.hists.find(metric, labels),
+            Which::Counter => self.counters.find(metric, labels),
+        };
+        if found.is_some() {
+            return found;
+        }
+        if self
+            .series
+            .get(metric)
+            .is_some_and(|&n| n >= self.max_series)
+        {
+            return None;
+        }
+        let labels = self.admit(metric, labels);
+        Some(match w {
+            Which::Hist => self.hists.slot(metric, labels),
+            Which::Counter => self.counters.slot(metric, labels),
+        })
     }
 
     /// `observer.diagnosis`: by cause and the kind of record judged.
     fn count_cause(&mut self, cause: &'static str, kind: &'static str) {
-        self.add(
-            DIAGNOSIS,
-            &[
+        let known = self.causes.get(&(cause, kind)).copied();
+        let mut slot = known;
+        let labels = || -> Labels {
+            vec![
                 ("cause", cause.into()),
                 ("observer.record.kind", kind.into()),
-            ],
-            1,
-        );
+            ]
+        };
+        self.add_bound(&mut slot, DIAGNOSIS, &labels, 1);
+        if let (None, Some(at)) = (known, slot) {
+            self.causes.insert((cause, kind), at);
+        }
     }
 
     /// A name lookup: `dns.lookup.duration` by process, name and outcome.
@@ -447,8 +640,8 @@ impl Metrics {
     /// bounded.
     pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
         self.count_cause(crate::diagnose::cause_of_request(r), "request");
-        let (server, port) = r.server();
         if let Some(rpc) = &r.rpc {
+            let (server, port) = r.server();
             // A gRPC call is measured as the RPC conventions say, not as
             // an HTTP request too.
             let mut l: Labels = vec![
@@ -475,41 +668,63 @@ impl Metrics {
             self.observe(metric, &l, r.duration_ns as f64 / 1e6);
             return;
         }
-        let mut l: Labels = vec![
-            (
-                "http.request.method",
-                r.method.clone().unwrap_or_else(|| "_OTHER".into()),
-            ),
-            ("server.address", server.clone()),
-            ("server.port", port.to_string()),
-        ];
-        if let Some(p) = &r.path {
-            let key = match r.direction {
-                Direction::Outbound => "url.template",
-                Direction::Inbound => "http.route",
-            };
-            l.push((key, crate::http::route::template(p)));
-        }
-        if let Some(st) = r.status {
-            l.push(("http.response.status_code", st.to_string()));
-        }
+        let method = r.method.as_deref().unwrap_or("_OTHER");
+        let (host, port) = r.server_end();
         // As the HTTP conventions say: a 5xx status is the error type.
         let error: Option<String> = r
             .error
             .map(str::to_owned)
             .or_else(|| r.status.filter(|&s| s >= 500).map(|s| s.to_string()));
-        if let Some(e) = &error {
-            l.push(("error.type", e.clone()));
-        }
-        l.sort();
+        let labels = || -> Labels {
+            let mut l: Labels = vec![
+                ("http.request.method", method.to_owned()),
+                ("server.address", host.to_string()),
+                ("server.port", port.to_string()),
+            ];
+            if let Some(p) = &r.path {
+                let key = match r.direction {
+                    Direction::Outbound => "url.template",
+                    Direction::Inbound => "http.route",
+                };
+                l.push((key, crate::http::route::template(p)));
+            }
+            if let Some(st) = r.status {
+                l.push(("http.response.status_code", st.to_string()));
+            }
+            if let Some(e) = &error {
+                l.push(("error.type", e.clone()));
+            }
+            l.sort();
+            l
+        };
         let secs = r.duration_ns as f64 / 1e9;
         let metric = match r.direction {
             Direction::Outbound => HTTP_CLIENT,
             Direction::Inbound => HTTP_SERVER,
         };
-        self.observe(metric, &l, secs);
+        // Bound by what its labels come from (the path, not yet its route).
+        {
+            use std::fmt::Write as _;
+            self.key.clear();
+            let _ = write!(
+                self.key,
+                "{metric}\0{method}\0{host}\0{port}\0{}\0{:?}\0{}",
+                r.path.as_deref().unwrap_or("\0"),
+                r.status,
+                error.as_deref().unwrap_or("")
+            );
+        }
+        let known = self.bound_requests.get(self.key.as_str()).copied();
+        let mut slot = known;
+        self.observe_bound(&mut slot, metric, &labels, secs);
+        if let (None, Some(at)) = (known, slot) {
+            if self.bound_requests.len() >= BOUND_PEERS {
+                self.bound_requests.clear();
+            }
+            self.bound_requests.insert(self.key.clone(), at);
+        }
         if let Some(g) = &r.gen_ai {
-            self.record_gen_ai(r, g, (server, port), error, secs);
+            self.record_gen_ai(r, g, r.server(), error, secs);
         }
     }
 
@@ -912,6 +1127,16 @@ mod tests {
         );
         assert!(t.contains("observer_tcp_connections_total{direction=\"outbound\",error_type=\"connection_refused\""), "{t}");
         assert!(t.contains("network_io_direction=\"transmit\""), "{t}");
+        // The two that connected count under their bound series, the
+        // refused one under its error type.
+        assert!(
+            t.contains(&format!("observer_tcp_connections_total{{{labels}}} 2")),
+            "{t}"
+        );
+        assert!(
+            t.contains("observer_tcp_io_bytes_total{direction=\"outbound\",network_type=\"ipv4\",network_io_direction=\"transmit\",process_executable_name=\"curl\",server_address=\"10.0.0.1\",server_port=\"443\"} 30"),
+            "{t}"
+        );
         let req = m.otlp(Vec::new(), 1);
         let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0]
             .metrics
@@ -927,8 +1152,12 @@ mod tests {
     #[test]
     fn series_past_the_cap_go_to_one_overflow_series() {
         let mut m = Metrics::new(3, 0);
-        for port in 1..=10 {
-            m.record(&record(port, 1_000_000, false));
+        // Twice each: a peer's second record finds its bound series, or
+        // (past the cap) goes to the overflow series again.
+        for _ in 0..2 {
+            for port in 1..=10 {
+                m.record(&record(port, 1_000_000, false));
+            }
         }
         let t = m.prometheus();
         let series = t
@@ -938,10 +1167,21 @@ mod tests {
         assert_eq!(series, 4, "3 series and the overflow one: {t}");
         assert!(
             t.contains(
-                "observer_tcp_connect_duration_seconds_count{otel_metric_overflow=\"true\"} 7"
+                "observer_tcp_connect_duration_seconds_count{otel_metric_overflow=\"true\"} 14"
             ),
             "{t}"
         );
-        assert!(m.overflowed > 0);
+        assert!(
+            t.contains("observer_tcp_connect_duration_seconds_count{direction=\"outbound\",network_type=\"ipv4\",process_executable_name=\"curl\",server_address=\"10.0.0.1\",server_port=\"1\"} 2"),
+            "{t}"
+        );
+        // Per pass: 7 peers' connect, connection and two I/O values, and
+        // the I/O metric (two series a peer) full at the second peer's
+        // receive: 3 more.
+        assert_eq!(
+            m.overflowed,
+            2 * (7 * 4 + 3),
+            "each overflowed value counted"
+        );
     }
 }

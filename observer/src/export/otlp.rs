@@ -663,12 +663,12 @@ mod tests {
             },
             ..Conn::default()
         };
-        Traced::Conn(ConnRecord::new(
+        Traced::Conn(Box::new(ConnRecord::new(
             &c,
             None,
             &Clock::with_offset(0),
             State::Closed,
-        ))
+        )))
     }
 
     #[test]

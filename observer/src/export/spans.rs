@@ -23,14 +23,13 @@ use crate::{
 
 /// What goes out as a trace.
 #[derive(Debug, Clone)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "connection records are most of what is traced; boxing would allocate for each"
-)]
 pub enum Traced {
-    Conn(ConnRecord),
+    /// Boxed once when the correlator emits it: it moves through two
+    /// queues and a batch, and copying its 650 bytes at each step cost more
+    /// than the allocation (bench/NOTES.md).
+    Conn(Box<ConnRecord>),
     /// A lookup that led to no connection.
-    Dns(DnsRecord),
+    Dns(Box<DnsRecord>),
     /// An HTTP request (an LLM API call among them).
     Request(Box<RequestRecord>),
 }
@@ -778,7 +777,7 @@ mod tests {
             assert_eq!(child.parent_span_id, Some(s[0].span_id));
             assert_eq!(child.trace_id, s[0].trace_id);
         }
-        let req = encoded(&[Traced::Conn(r.clone()), Traced::Conn(r)]);
+        let req = encoded(&[Traced::Conn(Box::new(r.clone())), Traced::Conn(Box::new(r))]);
         assert_eq!(req.resource_spans.len(), 1, "one resource per process");
         assert_eq!(req.resource_spans[0].scope_spans[0].spans.len(), 6);
     }
@@ -828,7 +827,7 @@ mod tests {
             transport: Some("udp"),
             call: None,
         };
-        let req = encoded(&[Traced::Dns(r)]);
+        let req = encoded(&[Traced::Dns(Box::new(r))]);
         let rs = &req.resource_spans[0];
         let attr = |kv: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str| {
             kv.iter()

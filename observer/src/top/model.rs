@@ -519,11 +519,11 @@ pub(crate) mod tests {
             if i == 3 {
                 r.error = Some("reset");
             }
-            m.add(&Line::Conn(r), at(t0, 1.0));
+            m.add(&Line::Conn(Box::new(r)), at(t0, 1.0));
         }
         let mut open = conn(7, "curl", 80, 5);
         open.state = State::Open;
-        m.add(&Line::Conn(open), at(t0, 1.0));
+        m.add(&Line::Conn(Box::new(open)), at(t0, 1.0));
         let rows = m.rows(By::Process, at(t0, 2.0));
         assert_eq!(rows.len(), 1);
         let r = &rows[0];
@@ -593,14 +593,17 @@ pub(crate) mod tests {
         for _ in 0..3 {
             m.add(&Line::Request(Box::new(req.clone())), at(t0, 0.5));
         }
-        m.add(&Line::Conn(c), at(t0, 0.6));
+        m.add(&Line::Conn(Box::new(c)), at(t0, 0.6));
         let rows = m.rows(By::Process, at(t0, 20.0));
         assert!(rows.is_empty(), "gone after the window");
         let mut m = Model::new(Duration::from_secs(10), t0);
         for _ in 0..3 {
             m.add(&Line::Request(Box::new(req.clone())), at(t0, 0.5));
         }
-        m.add(&Line::Conn(conn(9, "python3", 443, 50)), at(t0, 0.6));
+        m.add(
+            &Line::Conn(Box::new(conn(9, "python3", 443, 50))),
+            at(t0, 0.6),
+        );
         let r = &m.rows(By::Process, at(t0, 10.0))[0];
         assert_eq!(r.requests, 3, "three requests on one connection");
         assert_eq!(r.ttfb.p50, Some(40_000_000), "the requests' first bytes");
@@ -630,7 +633,7 @@ pub(crate) mod tests {
             joined_by: "answer",
             start_unix_ns: 0,
         });
-        m.add(&Line::Conn(c), at(t0, 0.2));
+        m.add(&Line::Conn(Box::new(c)), at(t0, 0.2));
         let p = &m.rows(By::Process, at(t0, 1.0))[0];
         assert_eq!(p.dns.p50, Some(30_000_000));
         assert_eq!(p.errors, 1, "the failed lookup");
@@ -662,7 +665,7 @@ pub(crate) mod tests {
             r.gpu = Some(GpuRecord {
                 devices: vec![dev(pct), dev(5.0)],
             });
-            m.add(&Line::Conn(r), at(t0, 0.1));
+            m.add(&Line::Conn(Box::new(r)), at(t0, 0.1));
         }
         let e = m.rows(By::Endpoint, at(t0, 1.0));
         assert_eq!(e.len(), 1, "one server, whatever the clients' ports");
