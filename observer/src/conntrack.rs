@@ -6,10 +6,7 @@
 //! produces snapshots of long-lived connections (periodic updates, and at stop)
 //! by reading CONNS directly.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use observer_common::{
     tls::{TLS_HS_DONE, TLS_HS_STARTED},
@@ -21,6 +18,7 @@ use crate::{
     decode::Event,
     dns::{DnsRecord, Lookups, WireLookups},
     http::RequestRecord,
+    keys::{NumMap, NumSet},
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, FirstRequest, Owner, State},
     tls::{TlsRecord, TtfbUnmeasured},
@@ -77,7 +75,7 @@ struct Closing {
 }
 
 pub struct ConnTable {
-    live: HashMap<u64, Live>,
+    live: NumMap<u64, Live>,
     /// Interned kernel thread names.
     names: HashMap<[u8; 16], Arc<str>>,
     procs: ProcessCache,
@@ -103,14 +101,14 @@ pub struct ConnTable {
     pub tls_unmeasured: crate::stats::TlsFirstByteUnmeasured,
     /// HTTP/1.x conversations by socket: kept apart from `live`, since a
     /// server's first request arrives before its owner is known.
-    http: HashMap<u64, crate::http::Conversation>,
+    http: NumMap<u64, crate::http::Conversation>,
     /// Server names read from a ClientHello on the wire before the socket's
     /// owner was known (a server's socket: the hello arrives before the
     /// server reads it).
-    early_names: HashMap<u64, Arc<str>>,
+    early_names: NumMap<u64, Arc<str>>,
     /// Sockets of `http` or `early_names` without an owner that were
     /// missing from CONNS at the last snapshot pass.
-    ownerless_missing: HashSet<u64>,
+    ownerless_missing: NumSet<u64>,
     /// Closes waiting for an exchange's last bytes (see CLOSE_LINGER_NS).
     closing: Vec<Closing>,
     /// Connection records of closes that waited, not yet taken by the
@@ -124,7 +122,7 @@ pub struct ConnTable {
 impl ConnTable {
     pub fn new(procs: ProcessCache, clock: Clock) -> Self {
         Self {
-            live: HashMap::new(),
+            live: NumMap::default(),
             names: HashMap::new(),
             procs,
             clock,
@@ -137,9 +135,9 @@ impl ConnTable {
             h2_losses_closed: (0, 0),
             keep_query: false,
             tls_unmeasured: crate::stats::TlsFirstByteUnmeasured::default(),
-            http: HashMap::new(),
-            early_names: HashMap::new(),
-            ownerless_missing: HashSet::new(),
+            http: NumMap::default(),
+            early_names: NumMap::default(),
+            ownerless_missing: NumSet::default(),
             closing: Vec::new(),
             conns_out: Vec::new(),
             close_lingered: 0,

@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod health;
 pub mod http;
 pub mod k8s;
+pub mod keys;
 pub mod libraries;
 pub mod observer;
 pub mod others;

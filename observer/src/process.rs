@@ -4,7 +4,7 @@
 //! Read from /proc once per process and cached; the cache entry is dropped when
 //! the kernel reports that the pid exec'd or exited, so it is never stale.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{path::PathBuf, sync::Arc};
 
 /// What we know of a process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,7 +22,7 @@ const MAX_ENTRIES: usize = 16_384;
 
 pub struct ProcessCache {
     root: PathBuf,
-    entries: HashMap<u32, ProcInfo>,
+    entries: crate::keys::NumMap<u32, ProcInfo>,
     /// Pod names from the kubelet's layout (None: container ids only).
     pods: Option<crate::k8s::Pods>,
     /// /proc entries that could not be read (process gone, or hidden from us).
@@ -34,7 +34,7 @@ impl ProcessCache {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
-            entries: HashMap::new(),
+            entries: crate::keys::NumMap::default(),
             pods: None,
             unreadable: 0,
         }

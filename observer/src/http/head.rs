@@ -1,7 +1,5 @@
 //! Request and response heads of HTTP/1.x.
 
-use std::borrow::Cow;
-
 use super::scan::find;
 
 /// How a message's body ends.
@@ -54,24 +52,21 @@ pub fn could_begin_request(b: &[u8]) -> bool {
 
 /// A request head at the start of `b`.
 pub fn request(b: &[u8]) -> Option<Head> {
-    let (text, len) = head_text(b);
-    let (first, headers) = text.split_once("\r\n").unwrap_or((&text, ""));
-    let mut parts = first.split(' ');
+    let (first, headers, len) = head_parts(b);
+    let mut parts = first.split(|&c| c == b' ');
     let method = parts.next()?;
-    if !METHODS.contains(&method) {
-        return None;
-    }
+    let method = *METHODS.iter().find(|m| m.as_bytes() == method)?;
     let target = parts.next()?;
-    if !parts.next()?.starts_with("HTTP/1.") {
+    if !parts.next()?.starts_with(b"HTTP/1.") {
         return None;
     }
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p, Some(q.to_owned())),
+    let (path, query) = match target.iter().position(|&c| c == b'?') {
+        Some(i) => (&target[..i], Some(text(&target[i + 1..]))),
         None => (target, None),
     };
     let mut h = fields(headers, len);
     h.method = Some(method.to_owned());
-    h.path = Some(path.to_owned());
+    h.path = Some(text(path));
     h.query = query;
     if h.framing == Framing::Close && h.len.is_some() {
         // A request without a length has no body.
@@ -82,13 +77,12 @@ pub fn request(b: &[u8]) -> Option<Head> {
 
 /// A response head at the start of `b`.
 pub fn response(b: &[u8]) -> Option<Head> {
-    let (text, len) = head_text(b);
-    let (first, headers) = text.split_once("\r\n").unwrap_or((&text, ""));
-    let mut parts = first.split(' ');
-    if !parts.next()?.starts_with("HTTP/1.") {
+    let (first, headers, len) = head_parts(b);
+    let mut parts = first.split(|&c| c == b' ');
+    if !parts.next()?.starts_with(b"HTTP/1.") {
         return None;
     }
-    let status: u16 = parts.next()?.parse().ok()?;
+    let status: u16 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
     let mut h = fields(headers, len);
     h.status = Some(status);
     if status == 204 || status == 304 || (100..200).contains(&status) {
@@ -97,14 +91,31 @@ pub fn response(b: &[u8]) -> Option<Head> {
     Some(h)
 }
 
-/// The head's text (borrowed unless it needed repair), and its length if
-/// its end is in `b`.
-fn head_text(b: &[u8]) -> (Cow<'_, str>, Option<usize>) {
+/// The head's first line, its header lines, and its length if its end is
+/// in `b`. Read as bytes: only the values kept become text (a head is
+/// mostly fields nobody reads, and checking it all for UTF-8 and
+/// splitting it as text was most of reading one).
+fn head_parts(b: &[u8]) -> (&[u8], &[u8], Option<usize>) {
     let (head, len) = match find(b, b"\r\n\r\n") {
         Some(i) => (&b[..i], Some(i + 4)),
         None => (b, None),
     };
-    (String::from_utf8_lossy(head), len)
+    match crlf(head) {
+        Some(i) => (&head[..i], &head[i + 2..], len),
+        None => (head, &[], len),
+    }
+}
+
+/// Where the first CRLF in `b` starts (a bare LF does not end a line).
+fn crlf(b: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'\n', b)
+        .find(|&i| i > 0 && b[i - 1] == b'\r')
+        .map(|i| i - 1)
+}
+
+/// Bytes as text; invalid UTF-8 is replaced (U+FFFD).
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
 
 impl Head {
@@ -123,26 +134,35 @@ impl Head {
     }
 }
 
-fn fields(headers: &str, len: Option<usize>) -> Head {
+fn fields(mut headers: &[u8], len: Option<usize>) -> Head {
     let mut h = Head::empty(len);
-    for line in headers.split("\r\n") {
-        let Some((k, v)) = line.split_once(':') else {
+    while !headers.is_empty() {
+        let line = match crlf(headers) {
+            Some(i) => {
+                let line = &headers[..i];
+                headers = &headers[i + 2..];
+                line
+            }
+            None => std::mem::take(&mut headers),
+        };
+        let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
-        let v = v.trim();
+        let v = line[colon + 1..].trim_ascii();
         // Compared in place: a lowercased copy of every field name was a
         // large part of reading a head.
-        let k = k.trim();
-        if k.eq_ignore_ascii_case("host") {
-            h.host = Some(v.to_owned());
-        } else if k.eq_ignore_ascii_case("content-type") {
-            h.content_type = Some(v.split(';').next().unwrap_or(v).trim().to_owned());
-        } else if k.eq_ignore_ascii_case("content-length") && h.framing != Framing::Chunked {
-            if let Ok(n) = v.parse() {
+        let k = line[..colon].trim_ascii();
+        if k.eq_ignore_ascii_case(b"host") {
+            h.host = Some(text(v));
+        } else if k.eq_ignore_ascii_case(b"content-type") {
+            let media = v.split(|&c| c == b';').next().unwrap_or(v);
+            h.content_type = Some(text(media.trim_ascii()));
+        } else if k.eq_ignore_ascii_case(b"content-length") && h.framing != Framing::Chunked {
+            if let Some(n) = std::str::from_utf8(v).ok().and_then(|v| v.parse().ok()) {
                 h.framing = Framing::Length(n);
             }
-        } else if k.eq_ignore_ascii_case("transfer-encoding")
-            && v.to_ascii_lowercase().contains("chunked")
+        } else if k.eq_ignore_ascii_case(b"transfer-encoding")
+            && v.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked"))
         {
             h.framing = Framing::Chunked;
         }
@@ -167,6 +187,31 @@ mod tests {
         assert_eq!(g.framing, Framing::Length(0));
         assert!(request(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").is_none());
         assert!(request(b"HELLO there").is_none());
+    }
+
+    #[test]
+    fn heads_read_as_bytes() {
+        // Invalid UTF-8 in a kept value is replaced; field names match in
+        // any case, around spaces; a bare LF does not end a line.
+        let h = request(
+            b"GET /caf\xe9?q=\xff HTTP/1.1\r\nHOST : h\nX: y\r\ncontent-length:  7 \r\n\r\n",
+        )
+        .expect("present");
+        assert_eq!(h.path.as_deref(), Some("/caf\u{fffd}"));
+        assert_eq!(h.query.as_deref(), Some("q=\u{fffd}"));
+        assert_eq!(h.host.as_deref(), Some("h\nX: y"));
+        assert_eq!(h.framing, Framing::Length(7));
+        let r = response(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, CHUNKED\r\nContent-Length: 3\r\n\r\n",
+        )
+        .expect("present");
+        assert_eq!(
+            r.framing,
+            Framing::Chunked,
+            "a length after chunked is ignored"
+        );
+        assert!(response(b"HTTP/1.1 2x0 OK\r\n\r\n").is_none());
+        assert!(request(b"GET / HTTP/2\r\n\r\n").is_none());
     }
 
     #[test]
