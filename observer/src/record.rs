@@ -97,6 +97,10 @@ pub struct ConnRecord {
     /// The GPUs the process held a context on during the connection (null:
     /// none, or GPU features off).
     pub gpu: Option<crate::gpu::GpuRecord>,
+    /// `observer.diagnosis.cause`, judged once by the correlator for the
+    /// metrics and the span (None: not judged yet; see `cause`).
+    #[serde(skip)]
+    pub diagnosis: Option<&'static str>,
     /// The lookup that led to this connection (outbound; null: none seen).
     pub dns: Option<crate::dns::DnsJoin>,
     /// HTTP/2 connections: streams, resets and GOAWAYs seen, and what could
@@ -357,6 +361,7 @@ impl ConnRecord {
             error: error_of(conn, state),
             tls: None,
             gpu: None,
+            diagnosis: None,
             dns: None,
             http2: None,
             began_before_observer: midstream,

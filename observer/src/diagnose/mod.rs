@@ -38,13 +38,16 @@ pub struct DiagnoseArgs {
 /// The cause of a connection record with the default thresholds (the span
 /// attribute `observer.diagnosis.cause` and the `observer.diagnosis` count).
 pub fn cause_of_conn(r: &crate::record::ConnRecord) -> &'static str {
-    cause::cause(&Call::phases_of_conn(r), &Thresholds::default()).as_str()
+    r.diagnosis
+        .unwrap_or_else(|| cause::cause(&Call::phases_of_conn(r), &Thresholds::default()).as_str())
 }
 
 /// The same for a request record (a connection's first request carries the
 /// connection's lookup, connect and TLS).
 pub fn cause_of_request(r: &crate::http::RequestRecord) -> &'static str {
-    cause::cause(&Call::phases_of_request(r), &Thresholds::default()).as_str()
+    r.diagnosis.unwrap_or_else(|| {
+        cause::cause(&Call::phases_of_request(r), &Thresholds::default()).as_str()
+    })
 }
 
 #[cfg(test)]

@@ -131,6 +131,9 @@ pub struct RequestRecord {
     /// A gRPC call (null for other requests).
     pub rpc: Option<RpcRecord>,
     pub gpu: Option<crate::gpu::GpuRecord>,
+    /// `observer.diagnosis.cause`, judged once (see `ConnRecord::diagnosis`).
+    #[serde(skip)]
+    pub diagnosis: Option<&'static str>,
     /// null, "incomplete" (the connection closed before the answer ended),
     /// "reset", "no response", "peer_closed" (sent after the peer had
     /// closed the connection: no answer came), or for HTTP/2
@@ -269,6 +272,7 @@ impl RequestRecord {
             gen_ai,
             rpc,
             gpu: None,
+            diagnosis: None,
             error,
             conn_key: conn.conn_key,
             connection: (x.index == Some(1)).then(|| Box::new(conn.clone())),

@@ -488,6 +488,7 @@ pub(crate) mod tests {
             gen_ai: None,
             rpc: None,
             gpu: None,
+            diagnosis: None,
             error: None,
             conn_key: 0,
             connection: None,
