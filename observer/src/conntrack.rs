@@ -442,7 +442,7 @@ impl ConnTable {
         }
         join_dns(&mut self.lookups, &mut r);
         for (x, cut) in ended {
-            let q = RequestRecord::new(&x, cut, &r, &self.clock, self.keep_query);
+            let q = RequestRecord::new(x, cut, &r, &self.clock, self.keep_query);
             if q.connection.is_some() {
                 r.first_request = Some(FirstRequest {
                     waited: q.ttfb_ns.is_some(),
@@ -598,7 +598,7 @@ fn feed(
         join_dns(out.0, &mut conn);
     }
     for x in done {
-        let r = RequestRecord::new(&x, None, &conn, clock, keep_query);
+        let r = RequestRecord::new(x, None, &conn, clock, keep_query);
         if r.connection.is_some() {
             talk.first_request = Some(FirstRequest {
                 waited: r.ttfb_ns.is_some(),

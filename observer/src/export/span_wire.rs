@@ -480,11 +480,16 @@ fn attr_len(field: u32, key: &str, v: AnyRef<'_>) -> usize {
 }
 
 fn put_attr(buf: &mut Vec<u8>, field: u32, key: &str, v: AnyRef<'_>) {
+    let any = v.body_len();
+    let body = bytes_len(1, key.as_bytes()) + framed_len(2, any);
+    // One reservation for the whole attribute: its bytes are then pushed
+    // without growing the buffer midway.
+    buf.reserve(framed_len(field, body));
     put_key(buf, field, LEN);
-    put_varint(buf, attr_body_len(key, v) as u64);
+    put_varint(buf, body as u64);
     put_bytes(buf, 1, key.as_bytes());
     put_key(buf, 2, LEN);
-    put_varint(buf, v.body_len() as u64);
+    put_varint(buf, any as u64);
     v.write(buf);
 }
 

@@ -528,7 +528,7 @@ mod tests {
         let clock = Clock::with_offset(0);
         let mut conn = ConnRecord::new(&Conn::default(), None, &clock, State::Closed);
         conn.direction = Direction::Inbound;
-        let r = RequestRecord::new(&done[0], None, &conn, &clock, false);
+        let r = RequestRecord::new(done[0].clone(), None, &conn, &clock, false);
         let g = r.gen_ai.as_ref().expect("an LLM call");
         assert_eq!((g.provider, g.operation), ("anthropic", "chat"));
         assert_eq!(g.request_model.as_deref(), Some("claude-t"));

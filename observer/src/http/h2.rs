@@ -1297,8 +1297,8 @@ mod tests {
             State::Closed,
         );
         let clock = Clock::with_offset(0);
-        let fail = RequestRecord::new(&all[0], None, &conn, &clock, false);
-        let many = RequestRecord::new(&all[1], None, &conn, &clock, false);
+        let fail = RequestRecord::new(all[0].clone(), None, &conn, &clock, false);
+        let many = RequestRecord::new(all[1].clone(), None, &conn, &clock, false);
         let rpc = fail.rpc.as_ref().expect("a gRPC call");
         assert_eq!(rpc.method.as_deref(), Some("Fail"));
         assert_eq!(

@@ -186,21 +186,22 @@ fn gen_ai(x: &Exchange, provider: &'static str, operation: &'static str) -> GenA
 
 impl RequestRecord {
     /// `conn`: the connection's record as it stood (owner and addresses).
+    /// Takes the exchange: its heads' text moves into the record.
     pub fn new(
-        x: &Exchange,
+        mut x: Exchange,
         cut: Option<Cut>,
         conn: &ConnRecord,
         clock: &Clock,
         keep_query: bool,
     ) -> Self {
-        let req = x.request.as_ref();
-        let resp = x.response.as_ref();
+        let mut req = x.request.take();
+        let resp = x.response.take();
         let end_ns = x.last_ns.max(x.start_ns);
         // Sent after the peer's FIN: to a connection it had already closed.
         let sent_after_close = conn
             .peer_fin_unix_ns
             .is_some_and(|fin| clock.to_unix_ns(x.start_ns) >= fin);
-        let error = match (cut, resp) {
+        let error = match (cut, resp.as_ref()) {
             _ if x.error.is_some() => x.error,
             (None, _) => None,
             (Some(_), None) if sent_after_close => Some("peer_closed"),
@@ -216,7 +217,7 @@ impl RequestRecord {
         });
         let gen_ai = x
             .api
-            .map(|(provider, operation)| gen_ai(x, provider, operation));
+            .map(|(provider, operation)| gen_ai(&x, provider, operation));
         let rpc = x.rpc.as_deref().map(|c| RpcRecord {
             system: "grpc",
             service: c.service.clone(),
@@ -227,13 +228,25 @@ impl RequestRecord {
             response_messages: c.messages[1].count(),
             time_to_first_message_ns: after(x.start_ns, c.first_message_ns),
         });
-        let path = req.and_then(|h| {
-            let p = h.path.clone()?;
+        let path = req.as_mut().and_then(|h| {
+            let p = h.path.take()?;
             Some(match (&h.query, keep_query) {
                 (Some(q), true) => format!("{p}?{q}"),
                 _ => p,
             })
         });
+        let streamed = x.stream.is_some()
+            || resp
+                .as_ref()
+                .is_some_and(|h| h.framing == super::head::Framing::Chunked);
+        let (method, host) = match req {
+            Some(h) => (h.method, h.host),
+            None => (None, None),
+        };
+        let (status, content_type) = match resp {
+            Some(h) => (h.status, h.content_type),
+            None => (None, None),
+        };
         Self {
             kind: "request",
             pid: conn.pid,
@@ -255,19 +268,18 @@ impl RequestRecord {
             headers_undecodable: x.headers_undecodable,
             reset_code: x.reset_code,
             request_index: x.index,
-            method: req.and_then(|h| h.method.clone()),
+            method,
             path,
-            host: req.and_then(|h| h.host.clone()),
-            status: resp.and_then(|h| h.status),
-            content_type: resp.and_then(|h| h.content_type.clone()),
+            host,
+            status,
+            content_type,
             start_unix_ns: clock.to_unix_ns(x.start_ns),
             end_unix_ns: clock.to_unix_ns(end_ns),
             duration_ns: end_ns - x.start_ns,
             request_bytes: x.request_bytes,
             response_bytes: x.response_bytes,
             ttfb_ns: after(x.start_ns, x.first_byte_ns),
-            streamed: x.stream.is_some()
-                || resp.is_some_and(|h| h.framing == super::head::Framing::Chunked),
+            streamed,
             stream,
             gen_ai,
             rpc,
