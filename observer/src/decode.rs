@@ -69,6 +69,14 @@ pub enum DecodeError {
 
 /// Reads a `T` from the start of `bytes` after checking the length.
 fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
+    fits::<T>(bytes, kind)?;
+    // SAFETY: length checked above; T is a plain-old-data repr(C) type from
+    // observer-common, valid for any bit pattern; read_unaligned needs no alignment.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// The size of T, if the record holds one.
+fn fits<T>(bytes: &[u8], kind: u32) -> Result<usize, DecodeError> {
     let want = std::mem::size_of::<T>();
     if bytes.len() < want {
         return Err(DecodeError::BadSize {
@@ -77,23 +85,14 @@ fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
             want,
         });
     }
-    // SAFETY: length checked above; T is a plain-old-data repr(C) type from
-    // observer-common, valid for any bit pattern; read_unaligned needs no alignment.
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+    Ok(want)
 }
 
 /// `read`, straight into the heap: the large events (a plaintext event
 /// carries 1 KiB of payload room) are copied once, not once onto the stack
 /// and again into their box.
 fn read_boxed<T: Copy>(bytes: &[u8], kind: u32) -> Result<Box<T>, DecodeError> {
-    let want = std::mem::size_of::<T>();
-    if bytes.len() < want {
-        return Err(DecodeError::BadSize {
-            kind,
-            got: bytes.len(),
-            want,
-        });
-    }
+    let want = fits::<T>(bytes, kind)?;
     let mut b = Box::<T>::new_uninit();
     // SAFETY: length checked above; T is a plain-old-data repr(C) type from
     // observer-common, valid for any bit pattern, so `want` bytes copied

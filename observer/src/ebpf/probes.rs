@@ -521,8 +521,7 @@ impl Probes {
                 UprobeLink::Multi(id) => {
                     if let Some(l) = self.links.remove(&id) {
                         now.push(l);
-                        let s = self.states.entry(name).or_default();
-                        s.attached = s.attached.saturating_sub(1);
+                        self.one_detached(name);
                     }
                 }
                 perf @ UprobeLink::Perf(_) => self.detach_uprobe(name, perf),
@@ -553,9 +552,14 @@ impl Probes {
             }
         };
         if done {
-            let s = self.states.entry(name).or_default();
-            s.attached = s.attached.saturating_sub(1);
+            self.one_detached(name);
         }
+    }
+
+    /// One link of `name` fewer in its attached count.
+    fn one_detached(&mut self, name: &'static str) {
+        let s = self.states.entry(name).or_default();
+        s.attached = s.attached.saturating_sub(1);
     }
 
     /// A cgroup program of the table on the cgroup directory `dir`, once:

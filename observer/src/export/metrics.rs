@@ -541,17 +541,10 @@ impl Metrics {
         labels: &dyn Fn() -> Labels,
         secs: f64,
     ) {
-        let at = match *slot {
-            Some(at) => at,
-            None => {
-                let Some(at) = self.place(metric, &labels(), Which::Hist) else {
-                    return self.observe(metric, &labels(), secs);
-                };
-                *slot = Some(at);
-                at
-            }
-        };
-        self.hists.values[at].observe(bounds(metric), secs);
+        match self.bound_place(slot, metric, labels, Which::Hist) {
+            Some(at) => self.hists.values[at].observe(bounds(metric), secs),
+            None => self.observe(metric, &labels(), secs),
+        }
     }
 
     /// `observe_bound`, for a counter.
@@ -562,17 +555,24 @@ impl Metrics {
         labels: &dyn Fn() -> Labels,
         v: u64,
     ) {
-        let at = match *slot {
-            Some(at) => at,
-            None => {
-                let Some(at) = self.place(metric, &labels(), Which::Counter) else {
-                    return self.add(metric, &labels(), v);
-                };
-                *slot = Some(at);
-                at
-            }
-        };
-        self.counters.values[at] += v;
+        match self.bound_place(slot, metric, labels, Which::Counter) {
+            Some(at) => self.counters.values[at] += v,
+            None => self.add(metric, &labels(), v),
+        }
+    }
+
+    /// `slot`, or the place `labels` find (then kept in `slot`).
+    fn bound_place(
+        &mut self,
+        slot: &mut Option<usize>,
+        metric: &'static str,
+        labels: &dyn Fn() -> Labels,
+        w: Which,
+    ) -> Option<usize> {
+        if slot.is_none() {
+            *slot = self.place(metric, &labels(), w);
+        }
+        *slot
     }
 
     /// Where `metric`'s series for `labels` is, made if new; None when the
