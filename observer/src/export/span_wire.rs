@@ -329,9 +329,12 @@ impl Drop for SpanWriter<'_> {
         } else if room > LEN_ROOM {
             buf.splice(body_at..body_at, std::iter::repeat_n(0, room - LEN_ROOM));
         }
-        let mut len = Vec::with_capacity(room);
-        put_varint(&mut len, n as u64);
-        buf[self.len_at..self.len_at + room].copy_from_slice(&len);
+        // The varint in place, in the room now exactly its size.
+        let mut v = n as u64;
+        for b in &mut buf[self.len_at..self.len_at + room] {
+            *b = (v as u8 & 0x7f) | if v >= 0x80 { 0x80 } else { 0 };
+            v >>= 7;
+        }
     }
 }
 
