@@ -25,8 +25,9 @@ use crate::{
     export::{
         attrs,
         metrics::Metrics,
-        otlp::{ExportStats, Exporter, Sampling},
+        otlp::{ExportStats, Exporter, Sampled, Sampling},
         prometheus,
+        queue::{trace_queue, NotQueued, TraceQueue},
         spans::Traced,
     },
     filter::Filter,
@@ -48,9 +49,6 @@ pub(crate) const OUTPUT_CHANNEL: usize = 65_536;
 /// A lookup no connection followed within this is traced on its own (a
 /// connection that comes later still shows it as its child span).
 const UNUSED_LOOKUP_GRACE_NS: u64 = 5_000_000_000;
-
-/// Records waiting for the OTLP exporter.
-const EXPORT_QUEUE: usize = 8192;
 
 /// Drains the ring buffer on a short timer, and at once when the kernel wakes
 /// us (the ring is filling); on stop, drains it once more and returns
@@ -158,8 +156,8 @@ pub(crate) struct CorrelatorEnd {
 pub(crate) struct Sinks {
     /// The output thread (watch, or run --print).
     pub(crate) out: Option<mpsc::Sender<output::Line>>,
-    /// The OTLP exporter's queue.
-    pub(crate) export: Option<mpsc::Sender<Traced>>,
+    /// The OTLP exporter's queue (records sampled before they are queued).
+    pub(crate) export: Option<TraceQueue>,
     /// Histograms and counters (Prometheus, OTLP metrics).
     pub(crate) metrics: Option<Arc<Mutex<Metrics>>>,
     /// GPU samples, joined to the records of processes that use a GPU.
@@ -167,25 +165,32 @@ pub(crate) struct Sinks {
 }
 
 /// A finished record to the exporter and the printer, copied only when both
-/// take it (`run` without `--print` moves it to the exporter).
-fn fan_out<T: Clone>(
-    r: T,
-    export: Option<&mpsc::Sender<Traced>>,
-    traced: fn(T) -> Traced,
+/// take it (`run` without `--print` moves it to the exporter). The sampler
+/// decides first: a record it leaves out is not copied for the exporter.
+fn fan_out<T: Clone + Sampled>(
+    r: Box<T>,
+    export: Option<&TraceQueue>,
+    traced: fn(Box<T>) -> Traced,
     out: Option<&mpsc::Sender<output::Line>>,
-    line: fn(T) -> output::Line,
+    line: fn(Box<T>) -> output::Line,
     stats: &Stats,
 ) {
+    let export = export.filter(|q| match q.admits(r.as_ref()) {
+        Ok(()) => true,
+        Err(NotQueued::Full) => {
+            Stats::add(&stats.export_full, 1);
+            false
+        }
+        Err(NotQueued::SampledOut | NotQueued::NoTraces) => false,
+    });
     let (to_export, to_out) = match (export, out) {
         (Some(_), Some(_)) => (Some(r.clone()), Some(r)),
         (Some(_), None) => (Some(r), None),
         (None, Some(_)) => (None, Some(r)),
         (None, None) => return,
     };
-    if let (Some(tx), Some(r)) = (export, to_export) {
-        if tx.try_send(traced(r)).is_err() {
-            Stats::add(&stats.export_full, 1);
-        }
+    if let (Some(q), Some(r)) = (export, to_export) {
+        q.push(traced(r));
     }
     if let (Some(out), Some(r)) = (out, to_out) {
         if out.try_send(line(r)).is_err() {
@@ -300,11 +305,19 @@ pub(crate) async fn correlate(
     };
     // Lookups no connection followed: traces of their own.
     let export_unused = |rs: Vec<crate::dns::DnsRecord>| {
-        let Some(tx) = &sinks.export else { return };
+        let Some(q) = &sinks.export else { return };
         for r in rs.into_iter().filter(|r| filter.matches_dns(r)) {
-            if tx.try_send(Traced::Dns(Box::new(r))).is_err() {
-                Stats::add(&stats.export_full, 1);
+            match q.admits(&r) {
+                Ok(()) => q.push(Traced::Dns(Box::new(r))),
+                Err(NotQueued::Full) => Stats::add(&stats.export_full, 1),
+                Err(_) => {}
             }
+        }
+        q.hand_over();
+    };
+    let hand_over = || {
+        if let Some(q) = &sinks.export {
+            q.hand_over();
         }
     };
     loop {
@@ -344,6 +357,7 @@ pub(crate) async fn correlate(
                 for r in table.requests_out.drain(..) {
                     emit_request(r);
                 }
+                hand_over();
             }
             _ = closes_tick.tick(), if table.has_waiting_closes() => {
                 table.end_closes_due(monotonic_ns());
@@ -353,6 +367,7 @@ pub(crate) async fn correlate(
                 for r in table.requests_out.drain(..) {
                     emit_request(r);
                 }
+                hand_over();
             }
             _ = tick.tick() => {
                 stats.health.correlator_beat();
@@ -378,6 +393,7 @@ pub(crate) async fn correlate(
                         emit(r);
                     }
                 }
+                hand_over();
             }
         }
     }
@@ -405,6 +421,7 @@ pub(crate) async fn correlate(
     Stats::add(&stats.h2_undecodable, undecodable);
     Stats::add(&stats.h2_out_of_step, out_of_step);
     export_unused(table.unused_lookups(u64::MAX, 0));
+    hand_over();
     CorrelatorEnd {
         evicted: table.evicted,
         proc_unreadable: table.proc_unreadable(),
@@ -420,7 +437,7 @@ pub(crate) async fn correlate(
 pub(crate) const EXPORT_FLUSH: Duration = Duration::from_secs(10);
 
 pub(crate) type ExportParts = (
-    (Option<mpsc::Sender<Traced>>, Arc<Mutex<Metrics>>),
+    (Option<TraceQueue>, Arc<Mutex<Metrics>>),
     Option<tokio::task::JoinHandle<()>>,
     Arc<ExportStats>,
     Option<tokio::task::JoinHandle<()>>,
@@ -472,13 +489,13 @@ pub(crate) async fn start_export(
         resource.push(attrs::s(k, v.clone()));
     }
     let (tx, task) = if s.otlp.traces.is_some() || s.otlp.metrics.is_some() {
-        let (tx, rx) = mpsc::channel::<Traced>(EXPORT_QUEUE);
+        let sampling = Sampling {
+            ratio: s.sample_ratio,
+            slow: s.slow_threshold,
+        };
+        let (tx, rx) = trace_queue(sampling, s.otlp.traces.is_some(), Arc::clone(&stats));
         let exporter = Exporter {
             config: s.otlp.clone(),
-            sampling: Sampling {
-                ratio: s.sample_ratio,
-                slow: s.slow_threshold,
-            },
             host,
             service_name: s.service_name.clone(),
             resource,

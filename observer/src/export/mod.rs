@@ -8,5 +8,6 @@ mod grpc_bytes;
 pub mod metrics;
 pub mod otlp;
 pub mod prometheus;
+pub mod queue;
 pub mod span_wire;
 pub mod spans;

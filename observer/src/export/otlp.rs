@@ -18,10 +18,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use prost::Message;
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use super::spans::Traced;
-use super::{attrs::Ids, metrics::Metrics, span_wire::TraceBatch, spans};
+use super::{attrs::Ids, metrics::Metrics, queue::TraceReceiver, span_wire::TraceBatch, spans};
+use crate::record::ConnRecord;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Protocol {
@@ -433,27 +433,89 @@ pub struct Sampling {
     pub slow: Duration,
 }
 
+/// What sampling reads of a record.
+pub trait Sampled {
+    /// Failed records are always kept.
+    fn failed(&self) -> bool;
+    fn duration_ns(&self) -> u64;
+    /// A key whose draw the record shares with another (a connection's
+    /// record and its first request's), or `None` for a draw of its own.
+    fn shared_draw_key(&self) -> Option<u64>;
+}
+
+impl Sampled for ConnRecord {
+    fn failed(&self) -> bool {
+        self.error.is_some()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.handshake_error.is_some())
+    }
+    fn duration_ns(&self) -> u64 {
+        self.duration_ns.unwrap_or(0)
+    }
+    fn shared_draw_key(&self) -> Option<u64> {
+        self.first_request.is_some().then_some(self.conn_key)
+    }
+}
+
+impl Sampled for crate::http::RequestRecord {
+    fn failed(&self) -> bool {
+        self.error.is_some() || self.status.is_some_and(|s| s >= 500)
+    }
+    fn duration_ns(&self) -> u64 {
+        self.duration_ns
+    }
+    fn shared_draw_key(&self) -> Option<u64> {
+        self.connection.is_some().then_some(self.conn_key)
+    }
+}
+
+impl Sampled for crate::dns::DnsRecord {
+    fn failed(&self) -> bool {
+        self.result != "ok"
+    }
+    fn duration_ns(&self) -> u64 {
+        self.duration_ns
+    }
+    fn shared_draw_key(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl Sampled for Traced {
+    fn failed(&self) -> bool {
+        match self {
+            Traced::Conn(r) => r.failed(),
+            Traced::Dns(r) => r.failed(),
+            Traced::Request(r) => r.failed(),
+        }
+    }
+    fn duration_ns(&self) -> u64 {
+        match self {
+            Traced::Conn(r) => Sampled::duration_ns(r.as_ref()),
+            Traced::Dns(r) => r.duration_ns,
+            Traced::Request(r) => r.duration_ns,
+        }
+    }
+    fn shared_draw_key(&self) -> Option<u64> {
+        match self {
+            Traced::Conn(r) => r.shared_draw_key(),
+            Traced::Dns(r) => r.shared_draw_key(),
+            Traced::Request(r) => r.shared_draw_key(),
+        }
+    }
+}
+
 impl Sampling {
-    pub fn keep(&self, r: &Traced, draw: u64) -> bool {
-        let (failed, duration_ns) = match r {
-            Traced::Conn(r) => (
-                r.error.is_some() || r.tls.as_ref().is_some_and(|t| t.handshake_error.is_some()),
-                r.duration_ns.unwrap_or(0),
-            ),
-            Traced::Dns(r) => (r.result != "ok", r.duration_ns),
-            Traced::Request(r) => (
-                r.error.is_some() || r.status.is_some_and(|s| s >= 500),
-                r.duration_ns,
-            ),
-        };
-        let slow = duration_ns >= self.slow.as_nanos() as u64;
-        failed || slow || (draw as f64 / u64::MAX as f64) < self.ratio
+    pub fn keep(&self, r: &(impl Sampled + ?Sized), draw: u64) -> bool {
+        let slow = r.duration_ns() >= self.slow.as_nanos() as u64;
+        r.failed() || slow || (draw as f64 / u64::MAX as f64) < self.ratio
     }
 }
 
 pub struct Exporter {
     pub config: OtlpConfig,
-    pub sampling: Sampling,
     pub host: String,
     pub service_name: Option<String>,
     /// The observer's own resource, for metrics.
@@ -470,7 +532,9 @@ const ATTEMPTS: u32 = 5;
 
 impl Exporter {
     /// Runs until its queue's senders are gone, then flushes what is left.
-    pub async fn run(self, mut rx: mpsc::Receiver<Traced>) {
+    /// Records come sampled (`queue::TraceQueue`), a correlator batch at a
+    /// time.
+    pub async fn run(self, mut rx: TraceReceiver) {
         let mut traces = self
             .config
             .traces
@@ -503,13 +567,9 @@ impl Exporter {
         loop {
             tokio::select! {
                 r = rx.recv() => match r {
-                    Some(r) => {
+                    Some(mut rs) => {
                         if traces.is_some() {
-                            if self.sampling.keep(&r, ids_draw(&mut ids, &r)) {
-                                batch.push(r);
-                            } else {
-                                self.stats.records_sampled_out.fetch_add(1, Ordering::Relaxed);
-                            }
+                            batch.append(&mut rs);
                         }
                         if batch.len() >= MAX_BATCH {
                             self.send_traces(&mut traces, &mut batch, (&mut encoded, &mut ids)).await;
@@ -629,14 +689,6 @@ impl Exporter {
 
 /// A connection and its first request share a draw (see
 /// `Ids::connection_draw`); everything else draws afresh.
-fn ids_draw(ids: &mut Ids, r: &Traced) -> u64 {
-    match r {
-        Traced::Conn(c) if c.first_request.is_some() => ids.connection_draw(c.conn_key),
-        Traced::Request(q) if q.connection.is_some() => ids.connection_draw(q.conn_key),
-        _ => ids.draw(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use observer_common::{
