@@ -1,7 +1,7 @@
 //! The one place that turns ring-buffer bytes into typed events.
 
 use observer_common::{
-    http::PlaintextEvent,
+    http::{PlaintextEvent, DATA_CAPTURE},
     tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
     CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, TlsConn,
     EXEC_PATH_LEN,
@@ -103,6 +103,29 @@ fn read_boxed<T: Copy>(bytes: &[u8], kind: u32) -> Result<Box<T>, DecodeError> {
     }
 }
 
+/// A plaintext event copied as far as its payload goes: a request's head
+/// is a few dozen bytes of the kilobyte the record has room for, and the
+/// record's unused room (memory the kernel wrote on another CPU) is not
+/// read; the box's rest is zeroed instead.
+fn read_plaintext(bytes: &[u8], kind: u32) -> Result<Box<PlaintextEvent>, DecodeError> {
+    let want = fits::<PlaintextEvent>(bytes, kind)?;
+    let len_at = std::mem::offset_of!(PlaintextEvent, len);
+    let mut len = [0u8; 4];
+    len.copy_from_slice(&bytes[len_at..len_at + 4]);
+    let used = std::mem::offset_of!(PlaintextEvent, data)
+        + (u32::from_ne_bytes(len) as usize).min(DATA_CAPTURE);
+    let mut b = Box::<PlaintextEvent>::new_uninit();
+    // SAFETY: `want` bytes are in the record (checked above) and `used` is
+    // at most `want`; the first `used` bytes come from the record and the
+    // rest are zeroed, so the whole plain-old-data value is initialised.
+    unsafe {
+        let p = b.as_mut_ptr().cast::<u8>();
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, used);
+        std::ptr::write_bytes(p.add(used), 0, want - used);
+        Ok(b.assume_init())
+    }
+}
+
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     if bytes.len() < std::mem::size_of::<EventHeader>() {
@@ -162,7 +185,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 calls: ev.calls,
             })
         }
-        EventKind::Plaintext => Ok(Event::Plaintext(read_boxed(bytes, hdr.kind)?)),
+        EventKind::Plaintext => Ok(Event::Plaintext(read_plaintext(bytes, hdr.kind)?)),
         EventKind::TlsName => {
             let ev: TlsNameEvent = read(bytes, hdr.kind)?;
             Ok(Event::TlsName {
@@ -323,5 +346,33 @@ mod tests {
                 want: std::mem::size_of::<CloseEvent>()
             })
         );
+    }
+
+    #[test]
+    fn a_plaintext_event_keeps_its_payload_and_nothing_past_it() {
+        let mut ev = PlaintextEvent::of_call(
+            Conn::default(),
+            observer_common::tls::op::WRITE,
+            7,
+            b"GET / HTTP/1.1\r\n\r\n",
+            observer_common::http::DATA_FROM_START,
+        );
+        ev.hdr.kind = EventKind::Plaintext as u32;
+        let mut record = as_bytes(&ev).to_vec();
+        // Whatever the ring held past the payload is not carried over.
+        let past = std::mem::offset_of!(PlaintextEvent, data) + 18;
+        record[past..].fill(0xAA);
+        let Ok(Event::Plaintext(got)) = decode(&record) else {
+            panic!("not a plaintext event");
+        };
+        assert_eq!(*got, ev, "payload kept, the rest zero");
+
+        let long: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let mut ev = PlaintextEvent::of_call(Conn::default(), 0, 7, &long, 0);
+        ev.hdr.kind = EventKind::Plaintext as u32;
+        let Ok(Event::Plaintext(got)) = decode(as_bytes(&ev)) else {
+            panic!("not a plaintext event");
+        };
+        assert_eq!(*got, ev, "both halves of a long call kept");
     }
 }

@@ -40,8 +40,9 @@ pub struct Exchange {
     pub stream: Option<Stream>,
     /// (provider, operation) for an LLM API call.
     pub api: Option<(&'static str, &'static str)>,
-    /// An LLM API call's fields and content times, read from its bodies.
-    pub call: Call,
+    /// An LLM API call's fields and content times, read from its bodies
+    /// (present with `api`; boxed: most requests are not LLM calls).
+    pub call: Option<Box<Call>>,
     /// HTTP/2: the stream's id.
     pub stream_id: Option<u32>,
     /// HTTP/2: a header block of the stream could not be decoded (its
@@ -224,7 +225,9 @@ impl Conversation {
             self.response_bytes(ev, outbound, &mut done);
         }
         for x in &mut done {
-            x.call.finish(x.last_ns);
+            if let Some(c) = &mut x.call {
+                c.finish(x.last_ns);
+            }
         }
         done
     }
@@ -241,7 +244,9 @@ impl Conversation {
         open.extend(self.current.take());
         open.into_iter()
             .map(|mut x| {
-                x.call.finish(x.last_ns);
+                if let Some(c) = &mut x.call {
+                    c.finish(x.last_ns);
+                }
                 let whole = x.complete || x.stream.as_ref().is_some_and(|s| s.finished);
                 let cut = (!whole).then_some(Cut::Closed);
                 (x, cut)
@@ -272,10 +277,10 @@ impl Conversation {
         if continuing {
             if let Some(x) = &mut self.current {
                 x.request_bytes += u64::from(ev.len);
-                if x.api.is_some() {
-                    x.call.request_bytes(first, false);
+                if let Some(c) = &mut x.call {
+                    c.request_bytes(first, false);
                     if let Some(s) = second {
-                        x.call.request_bytes(s, true);
+                        c.request_bytes(s, true);
                     }
                 }
             }
@@ -300,17 +305,16 @@ impl Conversation {
             request_bytes: len,
             ..Exchange::default()
         };
-        if let Some((api, call)) = h.path.as_deref().and_then(gen_ai::call_for) {
+        if let Some((api, mut call)) = h.path.as_deref().and_then(gen_ai::call_for) {
             x.api = Some(api);
-            x.call = call;
-            x.call.start_request(h.framing == Framing::Chunked);
+            call.start_request(h.framing == Framing::Chunked);
             // A head not seen whole leaves the body's start unknown.
             let body = h.len.map(|l| &first[l.min(first.len())..]);
-            x.call
-                .request_bytes(body.unwrap_or_default(), body.is_none());
+            call.request_bytes(body.unwrap_or_default(), body.is_none());
             if let Some(s) = second {
-                x.call.request_bytes(s, true);
+                call.request_bytes(s, true);
             }
+            x.call = Some(Box::new(call));
         }
         x.request = Some(h);
         self.current = Some(x);
@@ -344,10 +348,10 @@ impl Conversation {
                     ..Stream::default()
                 });
             }
-            if x.api.is_some() {
-                x.call.start_response(sse, h.framing == Framing::Chunked);
+            if let Some(c) = &mut x.call {
+                c.start_response(sse, h.framing == Framing::Chunked);
                 if h.len.is_none() {
-                    x.call.response_bytes(&[], true, t);
+                    c.response_bytes(&[], true, t);
                 }
             }
             x.response = Some(h);
@@ -366,10 +370,10 @@ impl Conversation {
                 s.mark_end(tail);
             }
         }
-        if x.api.is_some() {
-            x.call.response_bytes(body, false, t);
+        if let Some(c) = &mut x.call {
+            c.response_bytes(body, false, t);
             if let Some(s) = second {
-                x.call.response_bytes(s, true, t);
+                c.response_bytes(s, true, t);
             }
         }
         let tail = second.unwrap_or(body);
@@ -467,12 +471,13 @@ mod tests {
         assert!(x.complete);
         assert_eq!(x.start_ns, 1_000);
         assert_eq!(x.first_byte_ns, 300_010);
-        assert_eq!(x.call.first_content_ns, 340_010);
+        let c = x.call.as_deref().expect("an LLM call");
+        assert_eq!(c.first_content_ns, 340_010);
         assert_eq!(x.api, Some(("openai", "chat")));
-        assert_eq!(x.call.request_model.as_deref(), Some("tiny"));
-        assert_eq!(x.call.response_model.as_deref(), Some("tiny-v2"));
+        assert_eq!(c.request_model.as_deref(), Some("tiny"));
+        assert_eq!(c.response_model.as_deref(), Some("tiny-v2"));
         assert_eq!(
-            (x.call.input_tokens, x.call.output_tokens),
+            (c.input_tokens, c.output_tokens),
             (Some(5), Some(3))
         );
         let s = x.stream.as_ref().expect("present");

@@ -24,7 +24,7 @@ use observer_common::{http::PlaintextEvent, tls::op};
 
 use super::{
     conversation::{pieces, Exchange, Stream},
-    gen_ai::{self, Call},
+    gen_ai,
     grpc::{self, Piece, Rpc},
     head::Head,
     hpack_partial,
@@ -588,14 +588,14 @@ impl H2 {
         if request_dir && f.kind == HEADERS && !self.streams.contains_key(&f.stream) {
             self.requests += 1;
             let head = f.fields.as_ref().map(|fields| request_head(fields));
-            let (api, mut call) = head
+            let (api, call) = head
                 .as_ref()
                 .and_then(|h| h.path.as_deref())
                 .and_then(gen_ai::call_for)
-                .map_or((None, Call::default()), |(kind, call)| (Some(kind), call));
-            if api.is_some() {
-                call.start_request(false);
-            }
+                .map_or((None, None), |(kind, mut call)| {
+                    call.start_request(false);
+                    (Some(kind), Some(Box::new(call)))
+                });
             let rpc = head
                 .as_ref()
                 .filter(|h| grpc::is_grpc(h.content_type.as_deref()))
@@ -637,8 +637,8 @@ impl H2 {
         };
         if request_dir {
             x.request_bytes += frame_bytes;
-            if f.kind == DATA && x.api.is_some() {
-                feed_pieces(&f.pieces, |b, gap| x.call.request_bytes(b, gap));
+            if let (DATA, Some(c)) = (f.kind, &mut x.call) {
+                feed_pieces(&f.pieces, |b, gap| c.request_bytes(b, gap));
             }
             if let (DATA, Some(rpc)) = (f.kind, &mut x.rpc) {
                 rpc.messages[0].feed(&f.pieces);
@@ -673,8 +673,8 @@ impl H2 {
                             ..Stream::default()
                         });
                     }
-                    if x.api.is_some() {
-                        x.call.start_response(sse, false);
+                    if let Some(c) = &mut x.call {
+                        c.start_response(sse, false);
                     }
                     x.response = h.or(Some(Head::empty(None)));
                 }
@@ -685,10 +685,10 @@ impl H2 {
                 // first byte or fields to give.
                 x.headers_undecodable = true;
                 x.response = Some(Head::empty(None));
-                if x.api.is_some() {
+                if let Some(c) = &mut x.call {
                     // Read as JSON documents, from where it can be.
-                    x.call.start_response(false, false);
-                    x.call.response_bytes(&[], true, t);
+                    c.start_response(false, false);
+                    c.response_bytes(&[], true, t);
                 }
             }
             let body = &f.kept;
@@ -696,8 +696,8 @@ impl H2 {
                 s.read(body, f.whole && f.len <= super::DATA_KEEP, t);
                 s.mark_end(body);
             }
-            if x.api.is_some() {
-                feed_pieces(&f.pieces, |b, gap| x.call.response_bytes(b, gap, t));
+            if let Some(c) = &mut x.call {
+                feed_pieces(&f.pieces, |b, gap| c.response_bytes(b, gap, t));
             }
             if let Some(rpc) = &mut x.rpc {
                 if rpc.messages[1].feed(&f.pieces) && rpc.first_message_ns == 0 {
@@ -1027,14 +1027,15 @@ mod tests {
         // A server's request starts when its read returns, its answer at
         // its write's entry.
         assert_eq!((x.start_ns, x.first_byte_ns), (1_010, 300_000));
+        let c = x.call.as_deref().expect("an LLM call");
         assert_eq!(x.api, Some(("openai", "chat")));
-        assert_eq!(x.call.request_model.as_deref(), Some("tiny"));
-        assert_eq!(x.call.response_model.as_deref(), Some("tiny-v2"));
+        assert_eq!(c.request_model.as_deref(), Some("tiny"));
+        assert_eq!(c.response_model.as_deref(), Some("tiny-v2"));
         assert_eq!(
-            (x.call.input_tokens, x.call.output_tokens),
+            (c.input_tokens, c.output_tokens),
             (Some(5), Some(3))
         );
-        assert_eq!(x.call.first_content_ns, 340_000);
+        assert_eq!(c.first_content_ns, 340_000);
         let s = x.stream.as_ref().expect("an event stream");
         assert_eq!(s.events, Some(5));
         assert_eq!((s.first_ns, s.gap_max_ns), (340_000, 80_000));

@@ -4,7 +4,10 @@ use std::{net::IpAddr, sync::Arc};
 
 use serde::Serialize;
 
-use super::conversation::{Cut, Exchange};
+use super::{
+    conversation::{Cut, Exchange},
+    gen_ai::Call,
+};
 use crate::{
     clock::Clock,
     output::{fmt_bytes, fmt_ns, fmt_time},
@@ -154,8 +157,7 @@ fn after(start: u64, t: u64) -> Option<u64> {
     (t != 0 && t >= start).then(|| t - start)
 }
 
-fn gen_ai(x: &Exchange, provider: &'static str, operation: &'static str) -> GenAi {
-    let c = &x.call;
+fn gen_ai(x: &Exchange, c: &Call, provider: &'static str, operation: &'static str) -> GenAi {
     let g = &c.gaps;
     let per_token = c.time_per_output_token_ns();
     GenAi {
@@ -217,7 +219,8 @@ impl RequestRecord {
         });
         let gen_ai = x
             .api
-            .map(|(provider, operation)| gen_ai(&x, provider, operation));
+            .zip(x.call.as_deref())
+            .map(|((provider, operation), c)| gen_ai(&x, c, provider, operation));
         let rpc = x.rpc.as_deref().map(|c| RpcRecord {
             system: "grpc",
             service: c.service.clone(),
