@@ -182,5 +182,92 @@ fn requests(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline, requests);
+/// Requests in one iteration of the churn benchmark.
+const CHURN_REQUESTS: usize = 100;
+
+/// The 8 records of one request of `cargo xtask bench`'s connection-churn
+/// workload (wrk to nginx on one host, a new connection per request): each
+/// end's owner, the request and its answer seen on each end (packets of a
+/// plain connection), each end's close.
+fn churn_request(i: u64) -> Vec<Vec<u8>> {
+    use observer_common::{
+        http::{PlaintextEvent, DATA_FROM_START, DATA_PLAIN},
+        tls::op,
+        DIR_INBOUND,
+    };
+    let (client_owner, client_close) = connection(i);
+    let (mut server_owner, mut server_close) = connection(i + 1_000_000);
+    let client = client_close.conn;
+    let mut server = server_close.conn;
+    server.direction = DIR_INBOUND;
+    (server.sport, server.dport) = (client.dport, client.sport);
+    (server.saddr, server.daddr) = (client.daddr, client.saddr);
+    server_owner.direction = DIR_INBOUND;
+    server_close.conn = server;
+    let request = b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n";
+    let answer = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sat, 05 Dec 2026 11:00:00 GMT\r\nContent-Type: text/html\r\nContent-Length: 4\r\nLast-Modified: Sat, 05 Dec 2026 10:00:00 GMT\r\nConnection: close\r\nETag: \"1-4\"\r\nAccept-Ranges: bytes\r\n\r\nok!\n";
+    let flags = DATA_FROM_START | DATA_PLAIN;
+    let seen = |conn: Conn, op: u8, t: u64, bytes: &[u8]| {
+        as_bytes(&PlaintextEvent::of_call(conn, op, t, bytes, flags)).to_vec()
+    };
+    vec![
+        as_bytes(&client_owner).to_vec(),
+        as_bytes(&server_owner).to_vec(),
+        seen(client, op::WRITE, 3_000 + i, request),
+        seen(server, op::READ, 3_100 + i, request),
+        seen(server, op::WRITE, 8_000 + i, answer),
+        seen(client, op::READ, 9_000 + i, answer),
+        as_bytes(&server_close).to_vec(),
+        as_bytes(&client_close).to_vec(),
+    ]
+}
+
+/// The userspace work of one churn request from its records to its
+/// exported bytes: decode, correlate, metrics, and every span encoded.
+/// Steadier than the daemon's CPU in the bench (no nginx, wrk or
+/// scheduler beside it), and the same work.
+fn churn(c: &mut Criterion) {
+    use observer::export::{
+        attrs::Ids,
+        metrics::Metrics,
+        span_wire::TraceBatch,
+        spans::{write_batch, Traced},
+    };
+    let records: Vec<Vec<u8>> = (0..CHURN_REQUESTS as u64)
+        .flat_map(|i| churn_request(i * 100_000))
+        .collect();
+    let mut table = ConnTable::new(ProcessCache::new("/proc"), Clock::sample());
+    let mut metrics = Metrics::new(10_000, 0);
+    let mut ids = Ids::new();
+    let mut batch = TraceBatch::default();
+    let mut traced = Vec::new();
+    let mut group = c.benchmark_group("pipeline");
+    group.throughput(Throughput::Elements(CHURN_REQUESTS as u64));
+    group.bench_function("churn_request", |b| {
+        b.iter(|| {
+            for bytes in &records {
+                let ev = decode(bytes).expect("synthetic records decode");
+                if let Some(r) = table.handle(ev) {
+                    metrics.record(&r);
+                    traced.push(Traced::Conn(Box::new(r)));
+                }
+                for r in table.requests_out.drain(..) {
+                    metrics.record_request(&r);
+                    traced.push(Traced::Request(Box::new(r)));
+                }
+            }
+            assert_eq!(
+                traced.len(),
+                4 * CHURN_REQUESTS,
+                "two connections, two requests"
+            );
+            write_batch(&traced, "bench", None, &mut ids, &mut batch);
+            black_box(batch.encode());
+            traced.clear();
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, pipeline, requests, churn);
 criterion_main!(benches);

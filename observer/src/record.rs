@@ -212,6 +212,17 @@ pub enum Host<'a> {
     Ip(&'a IpAddr),
 }
 
+impl Host<'_> {
+    /// Appends the name or address to `s` (what Display writes, without
+    /// the formatting machinery).
+    pub fn push_to(&self, s: &mut String) {
+        match self {
+            Host::Name(n) => s.push_str(n),
+            Host::Ip(ip) => push_ip(s, ip),
+        }
+    }
+}
+
 impl std::fmt::Display for Host<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

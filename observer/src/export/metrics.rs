@@ -355,17 +355,34 @@ pub struct Metrics {
     series: HashMap<&'static str, usize>,
     /// Connection series by peer (see `ConnSlots`); the key is written
     /// into `key` for each record, so a known peer costs no allocation.
-    bound: HashMap<String, ConnSlots>,
+    bound: foldhash::HashMap<String, ConnSlots>,
     /// HTTP request series by method, server, path, status and error.
-    bound_requests: HashMap<String, usize>,
+    bound_requests: foldhash::HashMap<String, usize>,
     key: String,
     /// `observer.diagnosis` series by (cause, record kind).
-    causes: HashMap<(&'static str, &'static str), usize>,
+    causes: foldhash::HashMap<(&'static str, &'static str), usize>,
     /// Series per metric; past it, values go to one overflow series.
     pub max_series: usize,
     pub start_unix_ns: u64,
     /// Records whose attributes went to an overflow series.
     pub overflowed: u64,
+}
+
+/// A port or status code's digits, without the formatting machinery.
+fn push_u16(s: &mut String, n: u16) {
+    let mut b = [0u8; 5];
+    let mut at = b.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        b[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // The digits are ASCII.
+    s.push_str(std::str::from_utf8(&b[at..]).unwrap_or_default());
 }
 
 fn overflow() -> Labels {
@@ -468,11 +485,14 @@ impl Metrics {
                 ("server.port", port.to_string()),
             ]
         };
-        {
-            use std::fmt::Write as _;
-            self.key.clear();
-            let _ = write!(self.key, "{direction}\0{net}\0{exe}\0{server}\0{port}");
+        self.key.clear();
+        for part in [direction, net, exe] {
+            self.key.push_str(part);
+            self.key.push('\0');
         }
+        server.push_to(&mut self.key);
+        self.key.push('\0');
+        push_u16(&mut self.key, port);
         let mut slots = self.bound.get(self.key.as_str()).copied();
         let known = slots.is_some();
         let s = slots.get_or_insert_default();
@@ -703,17 +723,27 @@ impl Metrics {
             Direction::Inbound => HTTP_SERVER,
         };
         // Bound by what its labels come from (the path, not yet its route).
-        {
-            use std::fmt::Write as _;
-            self.key.clear();
-            let _ = write!(
-                self.key,
-                "{metric}\0{method}\0{host}\0{port}\0{}\0{:?}\0{}",
-                r.path.as_deref().unwrap_or("\0"),
-                r.status,
-                error.as_deref().unwrap_or("")
-            );
+        self.key.clear();
+        for part in [metric, method] {
+            self.key.push_str(part);
+            self.key.push('\0');
         }
+        host.push_to(&mut self.key);
+        self.key.push('\0');
+        push_u16(&mut self.key, port);
+        self.key.push('\0');
+        // No path and an empty one differ; so do no status and status 0.
+        match &r.path {
+            Some(p) => self.key.push_str(p),
+            None => self.key.push('\0'),
+        }
+        self.key.push('\0');
+        match r.status {
+            Some(st) => push_u16(&mut self.key, st),
+            None => self.key.push('-'),
+        }
+        self.key.push('\0');
+        self.key.push_str(error.as_deref().unwrap_or(""));
         let known = self.bound_requests.get(self.key.as_str()).copied();
         let mut slot = known;
         self.observe_bound(&mut slot, metric, &labels, secs);

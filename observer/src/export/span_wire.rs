@@ -488,6 +488,16 @@ fn put_attr(buf: &mut Vec<u8>, field: u32, key: &str, v: AnyRef<'_>) {
     // One reservation for the whole attribute: its bytes are then pushed
     // without growing the buffer midway.
     buf.reserve(framed_len(field, body));
+    if body < 0x80 && field < 16 && !key.is_empty() {
+        // Nearly every attribute: each key and length one byte, the
+        // KeyValue's head and the AnyValue's written in two pieces.
+        let tag = |f: u32| ((f << 3) | LEN) as u8;
+        buf.extend_from_slice(&[tag(field), body as u8, tag(1), key.len() as u8]);
+        buf.extend_from_slice(key.as_bytes());
+        buf.extend_from_slice(&[tag(2), any as u8]);
+        v.write(buf);
+        return;
+    }
     put_key(buf, field, LEN);
     put_varint(buf, body as u64);
     put_bytes(buf, 1, key.as_bytes());
@@ -521,7 +531,8 @@ const FIXED64: u32 = 1;
 const LEN: u32 = 2;
 
 fn varint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+    // ceil(bits / 7) without a division, as prost computes it.
+    ((64 - (v | 1).leading_zeros() as usize) * 9 + 64) / 64
 }
 
 fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
@@ -705,6 +716,18 @@ mod tests {
         } else {
             b.status(StatusCode::Unset, "");
         }
+    }
+
+    #[test]
+    fn a_varints_length_is_what_is_written() {
+        for shift in 0..64 {
+            for v in [(1u64 << shift) - 1, 1u64 << shift, (1u64 << shift) + 1] {
+                let mut b = Vec::new();
+                put_varint(&mut b, v);
+                assert_eq!(varint_len(v), b.len(), "{v}");
+            }
+        }
+        assert_eq!(varint_len(u64::MAX), 10);
     }
 
     #[test]

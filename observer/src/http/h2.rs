@@ -1031,10 +1031,7 @@ mod tests {
         assert_eq!(x.api, Some(("openai", "chat")));
         assert_eq!(c.request_model.as_deref(), Some("tiny"));
         assert_eq!(c.response_model.as_deref(), Some("tiny-v2"));
-        assert_eq!(
-            (c.input_tokens, c.output_tokens),
-            (Some(5), Some(3))
-        );
+        assert_eq!((c.input_tokens, c.output_tokens), (Some(5), Some(3)));
         assert_eq!(c.first_content_ns, 340_000);
         let s = x.stream.as_ref().expect("an event stream");
         assert_eq!(s.events, Some(5));

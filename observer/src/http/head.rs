@@ -1,7 +1,5 @@
 //! Request and response heads of HTTP/1.x.
 
-use super::scan::find;
-
 /// How a message's body ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Framing {
@@ -96,7 +94,7 @@ pub fn response(b: &[u8]) -> Option<Head> {
 /// mostly fields nobody reads, and checking it all for UTF-8 and
 /// splitting it as text was most of reading one).
 fn head_parts(b: &[u8]) -> (&[u8], &[u8], Option<usize>) {
-    let (head, len) = match find(b, b"\r\n\r\n") {
+    let (head, len) = match blank_line(b) {
         Some(i) => (&b[..i], Some(i + 4)),
         None => (b, None),
     };
@@ -104,6 +102,14 @@ fn head_parts(b: &[u8]) -> (&[u8], &[u8], Option<usize>) {
         Some(i) => (&head[..i], &head[i + 2..], len),
         None => (head, &[], len),
     }
+}
+
+/// Where the first CRLF CRLF in `b` starts: a head is short, and walking
+/// its line feeds costs less than setting up a substring search.
+fn blank_line(b: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'\n', b)
+        .find(|&i| i >= 3 && &b[i - 3..=i] == b"\r\n\r\n")
+        .map(|i| i - 3)
 }
 
 /// Where the first CRLF in `b` starts (a bare LF does not end a line).
