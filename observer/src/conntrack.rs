@@ -597,14 +597,22 @@ fn feed(
         }
         join_dns(out.0, &mut conn);
     }
+    // The first request's record takes the connection's (moved in below,
+    // not copied: under churn every request is a connection's first).
+    let mut first = None;
     for x in done {
-        let r = RequestRecord::new(x, None, &conn, clock, keep_query);
-        if r.connection.is_some() {
+        let is_first = x.index == Some(1);
+        let r = RequestRecord::bare(x, None, &conn, clock, keep_query);
+        if is_first {
             talk.first_request = Some(FirstRequest {
                 waited: r.ttfb_ns.is_some(),
             });
+            first = Some(out.1.len());
         }
         out.1.push(r);
+    }
+    if let Some(at) = first {
+        out.1[at].connection = Some(Box::new(conn));
     }
 }
 
@@ -880,7 +888,7 @@ mod tests {
     }
 
     fn plain(conn: Conn, op: u8, t: u64, bytes: &[u8]) -> Event {
-        Event::Plaintext(Box::new(observer_common::http::PlaintextEvent::of_call(
+        Event::Plaintext(crate::decode::Plaintext::new(observer_common::http::PlaintextEvent::of_call(
             conn,
             op,
             t,

@@ -42,7 +42,7 @@ pub enum Event {
     /// A socket that sent DNS queries was released at `ts_ns`.
     DnsSockReleased { ts_ns: u64, cookie: u64 },
     /// A plaintext read or write on an HTTP/1.x TLS connection.
-    Plaintext(Box<PlaintextEvent>),
+    Plaintext(Plaintext),
     /// Process `pid` made `calls` plaintext TLS calls in one kernel rate window.
     TlsBusy { pid: u32, calls: u32 },
     /// The server name of the TLS connection on `sk`.
@@ -103,18 +103,90 @@ fn read_boxed<T: Copy>(bytes: &[u8], kind: u32) -> Result<Box<T>, DecodeError> {
     }
 }
 
+/// Spare plaintext boxes kept at most (1.2 KiB each).
+const MAX_SPARE: usize = 1024;
+
+/// Boxes of plaintext events read, for the next ones: a record is 1.2 KiB,
+/// past glibc's per-thread cache, and the reader allocates what the
+/// correlator frees on another thread, so each box cost a trip through
+/// the allocator's shared bins.
+static SPARE: std::sync::Mutex<Vec<Box<PlaintextEvent>>> = std::sync::Mutex::new(Vec::new());
+
+/// A decoded plaintext event, boxed; its box goes back to [`SPARE`] when
+/// it is dropped.
+pub struct Plaintext(std::mem::ManuallyDrop<Box<PlaintextEvent>>);
+
+impl Plaintext {
+    pub fn new(ev: PlaintextEvent) -> Self {
+        let mut b = spare_box();
+        b.write(ev);
+        // SAFETY: written whole just above.
+        Self(std::mem::ManuallyDrop::new(unsafe { b.assume_init() }))
+    }
+}
+
+/// A box for a plaintext event: a spare one, else a new one.
+fn spare_box() -> Box<std::mem::MaybeUninit<PlaintextEvent>> {
+    let spare = SPARE.lock().ok().and_then(|mut s| s.pop());
+    match spare {
+        // SAFETY: MaybeUninit<T> has T's layout; the box's allocation is
+        // handed over as it is.
+        Some(b) => unsafe { Box::from_raw(Box::into_raw(b).cast()) },
+        None => Box::new_uninit(),
+    }
+}
+
+impl Drop for Plaintext {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never used after.
+        let b = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        if let Ok(mut s) = SPARE.lock() {
+            if s.len() < MAX_SPARE {
+                s.push(b);
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Plaintext {
+    type Target = PlaintextEvent;
+    fn deref(&self) -> &PlaintextEvent {
+        &self.0
+    }
+}
+
+impl Clone for Plaintext {
+    fn clone(&self) -> Self {
+        Self::new(**self.0)
+    }
+}
+
+impl PartialEq for Plaintext {
+    fn eq(&self, o: &Self) -> bool {
+        **self.0 == **o.0
+    }
+}
+
+impl Eq for Plaintext {}
+
+impl std::fmt::Debug for Plaintext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A plaintext event copied as far as its payload goes: a request's head
 /// is a few dozen bytes of the kilobyte the record has room for, and the
 /// record's unused room (memory the kernel wrote on another CPU) is not
 /// read; the box's rest is zeroed instead.
-fn read_plaintext(bytes: &[u8], kind: u32) -> Result<Box<PlaintextEvent>, DecodeError> {
+fn read_plaintext(bytes: &[u8], kind: u32) -> Result<Plaintext, DecodeError> {
     let want = fits::<PlaintextEvent>(bytes, kind)?;
     let len_at = std::mem::offset_of!(PlaintextEvent, len);
     let mut len = [0u8; 4];
     len.copy_from_slice(&bytes[len_at..len_at + 4]);
     let used = std::mem::offset_of!(PlaintextEvent, data)
         + (u32::from_ne_bytes(len) as usize).min(DATA_CAPTURE);
-    let mut b = Box::<PlaintextEvent>::new_uninit();
+    let mut b = spare_box();
     // SAFETY: `want` bytes are in the record (checked above) and `used` is
     // at most `want`; the first `used` bytes come from the record and the
     // rest are zeroed, so the whole plain-old-data value is initialised.
@@ -122,7 +194,7 @@ fn read_plaintext(bytes: &[u8], kind: u32) -> Result<Box<PlaintextEvent>, Decode
         let p = b.as_mut_ptr().cast::<u8>();
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, used);
         std::ptr::write_bytes(p.add(used), 0, want - used);
-        Ok(b.assume_init())
+        Ok(Plaintext(std::mem::ManuallyDrop::new(b.assume_init())))
     }
 }
 

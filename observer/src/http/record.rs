@@ -189,7 +189,27 @@ fn gen_ai(x: &Exchange, c: &Call, provider: &'static str, operation: &'static st
 impl RequestRecord {
     /// `conn`: the connection's record as it stood (owner and addresses).
     /// Takes the exchange: its heads' text moves into the record.
+    /// The record of exchange `x` on `conn`; a connection's first request
+    /// carries a copy of the connection's record (its trace shows the
+    /// connection's phases).
     pub fn new(
+        x: Exchange,
+        cut: Option<Cut>,
+        conn: &ConnRecord,
+        clock: &Clock,
+        keep_query: bool,
+    ) -> Self {
+        let first = x.index == Some(1);
+        let mut r = Self::bare(x, cut, conn, clock, keep_query);
+        if first {
+            r.connection = Some(Box::new(conn.clone()));
+        }
+        r
+    }
+
+    /// `new` without the connection's record: for a caller that moves the
+    /// record in itself rather than copy it.
+    pub fn bare(
         mut x: Exchange,
         cut: Option<Cut>,
         conn: &ConnRecord,
@@ -290,7 +310,7 @@ impl RequestRecord {
             diagnosis: None,
             error,
             conn_key: conn.conn_key,
-            connection: (x.index == Some(1)).then(|| Box::new(conn.clone())),
+            connection: None,
         }
     }
 
