@@ -249,11 +249,11 @@ fn churn(c: &mut Criterion) {
                 let ev = decode(bytes).expect("synthetic records decode");
                 if let Some(r) = table.handle(ev) {
                     metrics.record(&r);
-                    traced.push(Traced::Conn(Box::new(r)));
+                    traced.push(Traced::Conn(r));
                 }
                 for r in table.requests_out.drain(..) {
                     metrics.record_request(&r);
-                    traced.push(Traced::Request(Box::new(r)));
+                    traced.push(Traced::Request(r));
                 }
             }
             assert_eq!(

@@ -94,7 +94,7 @@ pub struct ConnTable {
     /// connections closed.
     h2_losses_closed: (u64, u64),
     /// Request records not yet taken by the correlator.
-    pub requests_out: Vec<RequestRecord>,
+    pub requests_out: Vec<Box<RequestRecord>>,
     /// Keep the query string of request paths.
     pub keep_query: bool,
     /// Closed TLS connections without a first-byte time, by why.
@@ -113,7 +113,7 @@ pub struct ConnTable {
     closing: Vec<Closing>,
     /// Connection records of closes that waited, not yet taken by the
     /// correlator.
-    pub conns_out: Vec<ConnRecord>,
+    pub conns_out: Vec<Box<ConnRecord>>,
     /// Closes that waited, and those whose exchange ended meanwhile.
     pub close_lingered: u64,
     pub close_linger_completed: u64,
@@ -268,7 +268,7 @@ impl ConnTable {
     }
 
     /// Applies one kernel event; a close yields the connection's final record.
-    pub fn handle(&mut self, event: Event) -> Option<ConnRecord> {
+    pub fn handle(&mut self, event: Event) -> Option<Box<ConnRecord>> {
         match event {
             Event::Owner {
                 ts_ns,
@@ -381,7 +381,7 @@ impl ConnTable {
     }
 
     /// A connection's final record, and its requests in flight ended.
-    fn close(&mut self, conn: Conn, tls: TlsConn) -> ConnRecord {
+    fn close(&mut self, conn: Conn, tls: TlsConn) -> Box<ConnRecord> {
         let live = self.live.remove(&conn.sk);
         let talk = self.http.remove(&conn.sk);
         self.early_names.remove(&conn.sk);
@@ -395,13 +395,15 @@ impl ConnTable {
         tls: TlsConn,
         live: Option<Live>,
         talk: Option<crate::http::Conversation>,
-    ) -> ConnRecord {
-        let mut r = ConnRecord::new(
+    ) -> Box<ConnRecord> {
+        // Boxed at once: the record moves through the correlator and two
+        // queues, 672 bytes at each step otherwise.
+        let mut r = Box::new(ConnRecord::new(
             &conn,
             live.as_ref().map(|l| &l.owner),
             &self.clock,
             State::Closed,
-        );
+        ));
         // Requests the close ends are made once the record has its
         // TLS and lookup: the first one's trace shows those phases.
         let mut ended = Vec::new();
@@ -448,7 +450,7 @@ impl ConnTable {
                     waited: q.ttfb_ns.is_some(),
                 });
             }
-            self.requests_out.push(q);
+            self.requests_out.push(Box::new(q));
         }
         r
     }
@@ -566,7 +568,7 @@ fn feed(
     ev: &observer_common::http::PlaintextEvent,
     clock: &Clock,
     keep_query: bool,
-    out: (&mut Lookups, &mut Vec<RequestRecord>),
+    out: (&mut Lookups, &mut Vec<Box<RequestRecord>>),
 ) {
     let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
     let done = talk.feed(ev, outbound);
@@ -602,7 +604,7 @@ fn feed(
     let mut first = None;
     for x in done {
         let is_first = x.index == Some(1);
-        let r = RequestRecord::bare(x, None, &conn, clock, keep_query);
+        let r = Box::new(RequestRecord::bare(x, None, &conn, clock, keep_query));
         if is_first {
             talk.first_request = Some(FirstRequest {
                 waited: r.ttfb_ns.is_some(),
@@ -888,13 +890,15 @@ mod tests {
     }
 
     fn plain(conn: Conn, op: u8, t: u64, bytes: &[u8]) -> Event {
-        Event::Plaintext(crate::decode::Plaintext::new(observer_common::http::PlaintextEvent::of_call(
-            conn,
-            op,
-            t,
-            bytes,
-            observer_common::http::DATA_FROM_START,
-        )))
+        Event::Plaintext(crate::decode::Plaintext::new(
+            observer_common::http::PlaintextEvent::of_call(
+                conn,
+                op,
+                t,
+                bytes,
+                observer_common::http::DATA_FROM_START,
+            ),
+        ))
     }
 
     const ASKED: &[u8] = b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n";

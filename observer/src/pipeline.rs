@@ -225,7 +225,7 @@ pub(crate) async fn correlate(
         let h = sinks.gpu.as_ref()?.lock().ok()?;
         h.join(pid, start, end)
     };
-    let emit = |mut r: ConnRecord| {
+    let emit = |mut r: Box<ConnRecord>| {
         if !filter.matches(&r) {
             Stats::add(&stats.filtered, 1);
             return;
@@ -254,7 +254,7 @@ pub(crate) async fn correlate(
         }
         let export = sinks.export.as_ref().filter(|_| r.state == State::Closed);
         fan_out(
-            Box::new(r),
+            r,
             export,
             Traced::Conn,
             sinks.out.as_ref(),
@@ -279,7 +279,7 @@ pub(crate) async fn correlate(
             }
         }
     };
-    let emit_request = |mut r: crate::http::RequestRecord| {
+    let emit_request = |mut r: Box<crate::http::RequestRecord>| {
         if !filter.matches_request(&r) {
             Stats::add(&stats.filtered, 1);
             return;
@@ -295,7 +295,7 @@ pub(crate) async fn correlate(
             }
         }
         fan_out(
-            Box::new(r),
+            r,
             sinks.export.as_ref(),
             Traced::Request,
             sinks.out.as_ref(),
@@ -390,7 +390,7 @@ pub(crate) async fn correlate(
                 if !update_interval.is_zero() {
                     let interval = update_interval.as_nanos() as u64;
                     for r in table.periodic(&conns, monotonic_ns(), interval) {
-                        emit(r);
+                        emit(Box::new(r));
                     }
                 }
                 hand_over();
@@ -402,7 +402,7 @@ pub(crate) async fn correlate(
         emit(r);
     }
     for r in table.drain_open(&conns) {
-        emit(r);
+        emit(Box::new(r));
     }
     for r in table.requests_out.drain(..) {
         emit_request(r);
