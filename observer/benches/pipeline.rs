@@ -247,11 +247,15 @@ fn churn(c: &mut Criterion) {
         b.iter(|| {
             for bytes in &records {
                 let ev = decode(bytes).expect("synthetic records decode");
-                if let Some(r) = table.handle(ev) {
+                // As the correlator does: the cause judged once, for the
+                // metrics and the span.
+                if let Some(mut r) = table.handle(ev) {
+                    r.diagnosis = Some(observer::diagnose::cause_of_conn(&r));
                     metrics.record(&r);
                     traced.push(Traced::Conn(r));
                 }
-                for r in table.requests_out.drain(..) {
+                for mut r in table.requests_out.drain(..) {
+                    r.diagnosis = Some(observer::diagnose::cause_of_request(&r));
                     metrics.record_request(&r);
                     traced.push(Traced::Request(r));
                 }

@@ -17,7 +17,14 @@ pub fn api(path: &str) -> Option<((&'static str, &'static str), Option<String>)>
     if let Some(call) = gemini(path) {
         return Some(call);
     }
-    if let Some(rest) = path.split("/openai/deployments/").nth(1) {
+    // Set up once: a substring search set up for every request's path was
+    // most of this function's cost.
+    static DEPLOYMENTS: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"/openai/deployments/"));
+    let deployment = DEPLOYMENTS
+        .find(path.as_bytes())
+        .map(|i| &path[i + DEPLOYMENTS.needle().len()..]);
+    if let Some(rest) = deployment {
         let (deployment, op) = rest.split_once('/')?;
         let op = match op {
             "chat/completions" => "chat",
