@@ -40,9 +40,6 @@ use crate::{
     watch::ExportSetup,
 };
 
-/// Batches of decoded events between reader and correlator.
-pub(crate) const EVENT_CHANNEL_BATCHES: usize = 4096;
-const MAX_BATCH: usize = 1024;
 /// Records waiting for the output thread.
 pub(crate) const OUTPUT_CHANNEL: usize = 65_536;
 
@@ -50,46 +47,16 @@ pub(crate) const OUTPUT_CHANNEL: usize = 65_536;
 /// connection that comes later still shows it as its child span).
 const UNUSED_LOOKUP_GRACE_NS: u64 = 5_000_000_000;
 
-/// Drains the ring buffer on a short timer, and at once when the kernel wakes
-/// us (the ring is filling); on stop, drains it once more and returns
-/// (dropping the sender ends the correlator).
-///
-/// The timer backs off while drains find nothing: on a busy keep-alive
-/// server the ring is nearly idle (no record per request), and a reader
-/// waking 100 times a second preempts the very processes being observed
-/// (bench/NOTES.md: the nginx worker's involuntary context switches under
-/// load, 402-547 per 4 s with the observer, 133-215 without). The
-/// kernel's wake-up at an eighth full still bounds a burst.
-pub(crate) async fn read_ring(
-    mut ring: AsyncFd<RingBuf<MapData>>,
-    tx: mpsc::Sender<Vec<Event>>,
-    mut stop: watch::Receiver<bool>,
-    stats: Arc<Stats>,
-) -> anyhow::Result<()> {
-    let mut wait_ms = POLL_INTERVAL_MS;
-    let mut last = 0;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {
-                last = drain(ring.get_mut(), &tx, &stats, last);
-                wait_ms = next_wait_ms(wait_ms, last);
-            }
-            guard = ring.readable_mut() => {
-                let mut guard = guard.context("polling the ring buffer")?;
-                last = drain(guard.get_inner_mut(), &tx, &stats, last);
-                guard.clear_ready();
-                wait_ms = POLL_INTERVAL_MS;
-            }
-            _ = stop.changed() => {
-                drain(ring.get_mut(), &tx, &stats, last);
-                return Ok(());
-            }
-        }
-    }
-}
-
 /// The reader's next sleep: the short interval while records come, doubling
 /// up to IDLE_POLL_MS while drains find none.
+///
+/// The ring is drained on a short timer, and at once when the kernel wakes
+/// us (the ring is filling). The timer backs off while drains find
+/// nothing: on a busy keep-alive server the ring is nearly idle (no record
+/// per request), and a reader waking 100 times a second preempts the very
+/// processes being observed (bench/NOTES.md: the nginx worker's involuntary
+/// context switches under load, 402-547 per 4 s with the observer, 133-215
+/// without). The kernel's wake-up at an eighth full still bounds a burst.
 fn next_wait_ms(wait_ms: u64, found: usize) -> u64 {
     if found > 0 {
         POLL_INTERVAL_MS
@@ -98,46 +65,28 @@ fn next_wait_ms(wait_ms: u64, found: usize) -> u64 {
     }
 }
 
-/// Drains the ring; returns how many records it held. `last`, the count of
-/// the drain before, sizes the first batch: a batch grown one doubling at a
-/// time copied its events at each (2% of the daemon's CPU under churn).
-fn drain(
-    ring: &mut RingBuf<MapData>,
-    tx: &mpsc::Sender<Vec<Event>>,
-    stats: &Stats,
-    last: usize,
-) -> usize {
+/// Drains the ring, handing each record's event to `on_event` as it is
+/// decoded (read where the kernel wrote it: no batch of events is built and
+/// handed to another thread); returns how many records it held.
+fn drain(ring: &mut RingBuf<MapData>, stats: &Stats, mut on_event: impl FnMut(Event)) -> usize {
     stats.health.reader_beat();
-    let mut batch = Vec::with_capacity(last.clamp(64, MAX_BATCH));
     let mut found = 0;
     while let Some(item) = ring.next() {
         found += 1;
-        Stats::add(&stats.events, 1);
-        match decode(&item) {
-            Ok(ev) => batch.push(ev),
+        let ev = decode(&item);
+        // The record's room goes back to the kernel before the event is
+        // worked on.
+        drop(item);
+        match ev {
+            Ok(ev) => on_event(ev),
             Err(e) => {
                 Stats::add(&stats.decode_errors, 1);
                 tracing::debug!("undecodable record: {e}");
             }
         }
-        if batch.len() >= MAX_BATCH {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
-            send(tx, full, stats);
-        }
     }
-    if !batch.is_empty() {
-        send(tx, batch, stats);
-    }
+    Stats::add(&stats.events, found as u64);
     found
-}
-
-fn send(tx: &mpsc::Sender<Vec<Event>>, batch: Vec<Event>, stats: &Stats) {
-    if let Err(e) = tx.try_send(batch) {
-        let n = match e {
-            mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b) => b.len(),
-        };
-        Stats::add(&stats.channel_full, n as u64);
-    }
 }
 
 /// What the correlator counted, for the summary.
@@ -201,7 +150,8 @@ fn fan_out<T: Clone + Sampled>(
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn correlate(
-    mut rx: mpsc::Receiver<Vec<Event>>,
+    mut ring: AsyncFd<RingBuf<MapData>>,
+    mut stop: watch::Receiver<bool>,
     sinks: Sinks,
     conns: KernelConnMap,
     tls_tx: std::sync::mpsc::SyncSender<tls::Command>,
@@ -211,7 +161,7 @@ pub(crate) async fn correlate(
     stats: Arc<Stats>,
     counters: Arc<ebpf::KernelCounters>,
     pods: crate::k8s::Pods,
-) -> CorrelatorEnd {
+) -> anyhow::Result<CorrelatorEnd> {
     let mut table = ConnTable::new(ProcessCache::new("/proc").with_pods(pods), Clock::sample());
     table.keep_query = keep_query;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -320,44 +270,64 @@ pub(crate) async fn correlate(
             q.hand_over();
         }
     };
+    // One event, from the ring to the sinks.
+    let on_event = |table: &mut ConnTable, ev: Event| {
+        let cmd = match ev {
+            Event::TlsProcess { pid, .. } => Some(tls::Command::TlsProcess(pid)),
+            Event::TlsBusy { pid, calls } => Some(tls::Command::Busy(pid, calls)),
+            Event::Exec { pid, .. } => Some(tls::Command::Exec(pid)),
+            Event::Exit { pid } => Some(tls::Command::Exit(pid)),
+            _ => None,
+        };
+        if let Some(cmd) = cmd {
+            if let Err(std::sync::mpsc::TrySendError::Full(_)) = tls_tx.try_send(cmd) {
+                Stats::add(&stats.tls_commands_full, 1);
+            }
+        }
+        if let Some(r) = table.handle(ev) {
+            emit(r);
+        }
+        for r in table.conns_out.drain(..) {
+            emit(r);
+        }
+        for d in table.dns_out.drain(..) {
+            emit_dns(d);
+        }
+        for r in table.requests_out.drain(..) {
+            emit_request(r);
+        }
+    };
+    // After a drain: closes whose wait is over, and the batch to the exporter.
+    let after_drain = |table: &mut ConnTable| {
+        table.end_closes_due(monotonic_ns());
+        for r in table.conns_out.drain(..) {
+            emit(r);
+        }
+        for r in table.requests_out.drain(..) {
+            emit_request(r);
+        }
+        hand_over();
+    };
+    let mut wait_ms = POLL_INTERVAL_MS;
     loop {
         tokio::select! {
-            batch = rx.recv() => {
-                let Some(batch) = batch else { break };
-                for ev in batch {
-                    let cmd = match ev {
-                        Event::TlsProcess { pid, .. } => Some(tls::Command::TlsProcess(pid)),
-                        Event::TlsBusy { pid, calls } => Some(tls::Command::Busy(pid, calls)),
-                        Event::Exec { pid, .. } => Some(tls::Command::Exec(pid)),
-                        Event::Exit { pid } => Some(tls::Command::Exit(pid)),
-                        _ => None,
-                    };
-                    if let Some(cmd) = cmd {
-                        if let Err(std::sync::mpsc::TrySendError::Full(_)) = tls_tx.try_send(cmd) {
-                            Stats::add(&stats.tls_commands_full, 1);
-                        }
-                    }
-                    if let Some(r) = table.handle(ev) {
-                        emit(r);
-                    }
-                    for r in table.conns_out.drain(..) {
-                        emit(r);
-                    }
-                    for d in table.dns_out.drain(..) {
-                        emit_dns(d);
-                    }
-                    for r in table.requests_out.drain(..) {
-                        emit_request(r);
-                    }
-                }
-                table.end_closes_due(monotonic_ns());
-                for r in table.conns_out.drain(..) {
-                    emit(r);
-                }
-                for r in table.requests_out.drain(..) {
-                    emit_request(r);
-                }
-                hand_over();
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {
+                let found = drain(ring.get_mut(), &stats, |ev| on_event(&mut table, ev));
+                wait_ms = next_wait_ms(wait_ms, found);
+                after_drain(&mut table);
+            }
+            guard = ring.readable_mut() => {
+                let mut guard = guard.context("polling the ring buffer")?;
+                drain(guard.get_inner_mut(), &stats, |ev| on_event(&mut table, ev));
+                guard.clear_ready();
+                wait_ms = POLL_INTERVAL_MS;
+                after_drain(&mut table);
+            }
+            // The kernel side is frozen first: this drain sees every event.
+            _ = stop.changed() => {
+                drain(ring.get_mut(), &stats, |ev| on_event(&mut table, ev));
+                after_drain(&mut table);
+                break;
             }
             _ = closes_tick.tick(), if table.has_waiting_closes() => {
                 table.end_closes_due(monotonic_ns());
@@ -422,7 +392,7 @@ pub(crate) async fn correlate(
     Stats::add(&stats.h2_out_of_step, out_of_step);
     export_unused(table.unused_lookups(u64::MAX, 0));
     hand_over();
-    CorrelatorEnd {
+    Ok(CorrelatorEnd {
         evicted: table.evicted,
         proc_unreadable: table.proc_unreadable(),
         kernel_tracked: conns.conns.keys().count() as u64,
@@ -430,7 +400,7 @@ pub(crate) async fn correlate(
         dns_in_flight: table.wire.pending_len() as u64,
         dns_overflow: table.wire.overflow,
         tls_unmeasured: table.tls_unmeasured,
-    }
+    })
 }
 
 /// How long the exporter may take for its last export at stop.

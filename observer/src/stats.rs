@@ -12,7 +12,10 @@ pub struct Stats {
     pub events: AtomicU64,
     /// Records that did not decode.
     pub decode_errors: AtomicU64,
-    /// Events dropped because the correlator's channel was full.
+    /// Events dropped between the ring and the correlator. The correlator
+    /// now reads the ring itself (a correlator that falls behind leaves
+    /// records in the ring, and a full ring is counted as `kernel`), so this
+    /// stays 0; kept for the `stage="channel"` series and the summary field.
     pub channel_full: AtomicU64,
     /// Records dropped because the output could not keep up.
     pub output_full: AtomicU64,

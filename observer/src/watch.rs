@@ -120,7 +120,6 @@ pub async fn run_with(
 
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (ev_tx, ev_rx) = mpsc::channel(pipeline::EVENT_CHANNEL_BATCHES);
     // tokio's bounded channel allocates as it fills (std's sync_channel would
     // reserve all OUTPUT_CHANNEL records, about 20 MiB, up front).
     let format = if args.json {
@@ -188,14 +187,9 @@ pub async fn run_with(
         .name("tls-probes".into())
         .spawn(move || tls.run(probes, tls_rx))
         .context("starting the TLS probe thread")?;
-    let reader = tokio::spawn(pipeline::read_ring(
-        ring,
-        ev_tx,
-        stop_rx,
-        Arc::clone(&stats),
-    ));
     let correlator = tokio::spawn(pipeline::correlate(
-        ev_rx,
+        ring,
+        stop_rx,
         sinks,
         conns,
         tls_tx.clone(),
@@ -225,8 +219,7 @@ pub async fn run_with(
     ebpf::detach_all(&mut probes.ebpf);
     let _ = stop_tx.send(true);
 
-    reader.await.context("reader task")??;
-    let end = correlator.await.context("correlator task")?;
+    let end = correlator.await.context("correlator task")??;
     drop(gpu_stop);
     // The correlator dropped the exporter's queue: it flushes and ends.
     if let Some(task) = exporter {

@@ -421,7 +421,21 @@ fn run_pipeline(root: &Path, quick: bool) -> Result<Value> {
         serde_json::from_str(&std::fs::read_to_string(&est).context("criterion estimates")?)?;
     let request_us = v["median"]["point_estimate"].as_f64().context("median")? / 1e3;
     eprintln!("bench: a streamed request's decode+parse+record {request_us:.2} µs on one core");
-    Ok(json!({ "name": "pipeline", "events_per_s": events_per_s, "request_us": request_us }))
+    // 100 churn requests (8 records each) to their metrics and encoded spans
+    // per iteration.
+    let est = root.join("target/criterion/pipeline/churn_request/new/estimates.json");
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&est).context("criterion estimates")?)?;
+    let churn_us = v["median"]["point_estimate"].as_f64().context("median")? / 1e3 / 100.0;
+    eprintln!(
+        "bench: a churn request's records to metrics and encoded spans {churn_us:.2} µs on one core"
+    );
+    Ok(json!({
+        "name": "pipeline",
+        "events_per_s": events_per_s,
+        "request_us": request_us,
+        "churn_request_us": churn_us,
+    }))
 }
 
 /// kernel.bpf_stats_enabled set for a while, put back as it was on drop.

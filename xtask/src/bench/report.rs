@@ -387,6 +387,12 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
                 f(p, "request_us")
             ));
         }
+        if p.get("churn_request_us").is_some() {
+            md.push_str(&format!(
+                "A request of the HTTP churn workload (8 records: both ends' owners, the request and answer seen on each end, both closes) decoded, correlated, measured and every span encoded: {:.2} µs on one core (the daemon's own CPU per churn request above adds the ring, the queues and the OTLP client).\n",
+                f(p, "churn_request_us")
+            ));
+        }
     }
     let notes = root.join("bench/NOTES.md");
     if let Ok(n) = std::fs::read_to_string(&notes) {
