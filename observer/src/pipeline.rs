@@ -28,7 +28,7 @@ use crate::{
         metrics::Metrics,
         otlp::{ExportStats, Exporter, Sampled, Sampling},
         prometheus,
-        queue::{trace_queue, NotQueued, TraceQueue},
+        queue::{trace_queue, NotQueued, Origin, TraceQueue},
         spans::Traced,
     },
     filter::Filter,
@@ -464,11 +464,18 @@ pub(crate) async fn start_export(
             ratio: s.sample_ratio,
             slow: s.slow_threshold,
         };
-        let (tx, rx) = trace_queue(sampling, s.otlp.traces.is_some(), Arc::clone(&stats));
-        let exporter = Exporter {
-            config: s.otlp.clone(),
+        let origin = Origin {
             host,
             service_name: s.service_name.clone(),
+        };
+        let (tx, rx) = trace_queue(
+            sampling,
+            s.otlp.traces.is_some(),
+            origin,
+            Arc::clone(&stats),
+        );
+        let exporter = Exporter {
+            config: s.otlp.clone(),
             resource,
             metrics: Arc::clone(&metrics),
             stats: Arc::clone(&stats),

@@ -20,7 +20,10 @@ use prost::Message;
 use serde::Serialize;
 
 use super::spans::Traced;
-use super::{attrs::Ids, metrics::Metrics, queue::TraceReceiver, span_wire::TraceBatch, spans};
+use super::{
+    metrics::Metrics,
+    queue::{Encoded, TraceReceiver},
+};
 use crate::record::ConnRecord;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -516,8 +519,6 @@ impl Sampling {
 
 pub struct Exporter {
     pub config: OtlpConfig,
-    pub host: String,
-    pub service_name: Option<String>,
     /// The observer's own resource, for metrics.
     pub resource: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
     pub metrics: Arc<Mutex<Metrics>>,
@@ -532,8 +533,8 @@ const ATTEMPTS: u32 = 5;
 
 impl Exporter {
     /// Runs until its queue's senders are gone, then flushes what is left.
-    /// Records come sampled (`queue::TraceQueue`), a correlator batch at a
-    /// time.
+    /// Spans come encoded (`queue::TraceQueue`), a correlator batch at a
+    /// time; pieces are joined up to MAX_BATCH records an export.
     pub async fn run(self, mut rx: TraceReceiver) {
         let mut traces = self
             .config
@@ -557,32 +558,28 @@ impl Exporter {
                     None
                 }
             });
-        let mut ids = Ids::new();
-        let mut batch: Vec<Traced> = Vec::new();
-        // Reused: its buffers keep their room from one export to the next.
-        let mut encoded = TraceBatch::default();
+        let mut batch = Encoded::default();
         let mut flush = tokio::time::interval(FLUSH_EVERY);
         let mut metric_tick = tokio::time::interval(self.config.metric_interval);
         metric_tick.tick().await;
         loop {
             tokio::select! {
                 r = rx.recv() => match r {
-                    Some(mut rs) => {
+                    Some(piece) => {
                         if traces.is_some() {
-                            batch.append(&mut rs);
+                            batch.join(piece);
                         }
-                        if batch.len() >= MAX_BATCH {
-                            self.send_traces(&mut traces, &mut batch, (&mut encoded, &mut ids)).await;
+                        if batch.records >= MAX_BATCH {
+                            self.send_traces(&mut traces, &mut batch).await;
                         }
                     }
                     None => break,
                 },
-                _ = flush.tick() => self.send_traces(&mut traces, &mut batch, (&mut encoded, &mut ids)).await,
+                _ = flush.tick() => self.send_traces(&mut traces, &mut batch).await,
                 _ = metric_tick.tick() => self.send_metrics(&mut metrics).await,
             }
         }
-        self.send_traces(&mut traces, &mut batch, (&mut encoded, &mut ids))
-            .await;
+        self.send_traces(&mut traces, &mut batch).await;
         self.send_metrics(&mut metrics).await;
     }
 
@@ -605,26 +602,20 @@ impl Exporter {
         }
     }
 
-    async fn send_traces(
-        &self,
-        traces: &mut Option<(Signal, Sender)>,
-        batch: &mut Vec<Traced>,
-        (out, ids): (&mut TraceBatch, &mut Ids),
-    ) {
+    async fn send_traces(&self, traces: &mut Option<(Signal, Sender)>, batch: &mut Encoded) {
+        let Encoded {
+            body,
+            spans: n_spans,
+            records: n_records,
+        } = std::mem::take(batch);
         let Some((sig, sender)) = traces.as_ref() else {
-            batch.clear();
             return;
         };
-        if batch.is_empty() {
+        if n_records == 0 {
             return;
         }
-        spans::write_batch(batch, &self.host, self.service_name.as_deref(), ids, out);
-        let n_records = batch.len();
-        // The queue's vector keeps its room for the next batch.
-        batch.clear();
-        let n_spans = out.span_count();
         // Encoded once; a retry sends the same bytes.
-        let body = Bytes::from(out.encode());
+        let body = Bytes::from(body);
         let mut delay = Duration::from_millis(200);
         let mut refusal = None;
         for attempt in 1..=ATTEMPTS {

@@ -1,10 +1,13 @@
 //! The correlator's end of the OTLP exporter's queue.
 //!
-//! Records are sampled here, before they are boxed and queued: a record the
-//! sampler leaves out costs no queue slot, no wake-up of the exporter and no
-//! span work. Kept records are handed over in one vector per correlator
-//! batch (one wake-up per batch, not per record), and the queue's bound is
-//! counted in records, as before, by a count both ends share.
+//! Records are sampled here, before anything is done for their export: a
+//! record the sampler leaves out costs no span work and no queue slot. A
+//! kept record's spans are written at once, on the correlator's thread,
+//! into the batch gathered since the last hand-over, and the record is
+//! freed where it was made; the exporter gets encoded bytes, one piece
+//! per correlator batch (one wake-up per batch, not per record), and only
+//! sends them. The queue's bound is counted in records, as before, by a
+//! count both ends share.
 
 use std::sync::{
     atomic::{AtomicUsize, Ordering},
@@ -16,14 +19,15 @@ use tokio::sync::mpsc;
 use super::{
     attrs::Ids,
     otlp::{ExportStats, Sampled, Sampling},
-    spans::Traced,
+    span_wire::TraceBatch,
+    spans::{write_record, Traced},
 };
 
 /// Records queued for the exporter at most (handed over and not yet taken,
 /// with those gathered for the next hand-over).
 pub const EXPORT_QUEUE: usize = 8192;
 /// Gathered records are handed over at this many even within a batch, so
-/// one export carries a bounded number of records.
+/// one piece carries a bounded number of records.
 const HAND_OVER_AT: usize = 256;
 
 /// Why a record was not queued.
@@ -37,35 +41,69 @@ pub enum NotQueued {
     NoTraces,
 }
 
+/// The spans of some records, encoded: an `ExportTraceServiceRequest`'s
+/// bytes. Two such messages end to end are one message holding both's
+/// resource spans (a repeated field), so pieces are sent joined.
+#[derive(Debug, Default)]
+pub struct Encoded {
+    pub body: Vec<u8>,
+    pub spans: usize,
+    pub records: usize,
+}
+
+impl Encoded {
+    /// Appends `other`'s spans.
+    pub fn join(&mut self, other: Encoded) {
+        if self.body.is_empty() {
+            self.body = other.body;
+        } else {
+            self.body.extend_from_slice(&other.body);
+        }
+        self.spans += other.spans;
+        self.records += other.records;
+    }
+}
+
 struct Gathered {
-    records: Vec<Traced>,
-    /// Draws for records that share none with a connection.
+    /// Spans of the records gathered since the last hand-over.
+    batch: TraceBatch,
+    records: usize,
+    /// Trace and span ids, and draws for records that share none.
     ids: Ids,
 }
 
-/// The sending end: sample, gather, hand over.
+/// Whose spans these are: the resource every span's process is under.
+#[derive(Clone, Debug, Default)]
+pub struct Origin {
+    pub host: String,
+    /// `service.name` for every process (None: each its executable's name).
+    pub service_name: Option<String>,
+}
+
+/// The sending end: sample, write the spans, hand over.
 pub struct TraceQueue {
-    tx: mpsc::UnboundedSender<Vec<Traced>>,
+    tx: mpsc::UnboundedSender<Encoded>,
     /// Records in the channel that the exporter has not taken yet.
     queued: Arc<AtomicUsize>,
     gathered: Mutex<Gathered>,
     sampling: Sampling,
     traces: bool,
+    origin: Origin,
     stats: Arc<ExportStats>,
 }
 
 /// The exporter's end.
 pub struct TraceReceiver {
-    rx: mpsc::UnboundedReceiver<Vec<Traced>>,
+    rx: mpsc::UnboundedReceiver<Encoded>,
     queued: Arc<AtomicUsize>,
 }
 
 impl TraceReceiver {
     /// The next hand-over; `None` once the sending end is gone.
-    pub async fn recv(&mut self) -> Option<Vec<Traced>> {
-        let v = self.rx.recv().await?;
-        self.queued.fetch_sub(v.len(), Ordering::Relaxed);
-        Some(v)
+    pub async fn recv(&mut self) -> Option<Encoded> {
+        let e = self.rx.recv().await?;
+        self.queued.fetch_sub(e.records, Ordering::Relaxed);
+        Some(e)
     }
 }
 
@@ -74,6 +112,7 @@ impl TraceReceiver {
 pub fn trace_queue(
     sampling: Sampling,
     traces: bool,
+    origin: Origin,
     stats: Arc<ExportStats>,
 ) -> (TraceQueue, TraceReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -82,11 +121,13 @@ pub fn trace_queue(
         tx,
         queued: Arc::clone(&queued),
         gathered: Mutex::new(Gathered {
-            records: Vec::new(),
+            batch: TraceBatch::default(),
+            records: 0,
             ids: Ids::new(),
         }),
         sampling,
         traces,
+        origin,
         stats,
     };
     (q, TraceReceiver { rx, queued })
@@ -114,18 +155,27 @@ impl TraceQueue {
                 .fetch_add(1, Ordering::Relaxed);
             return Err(NotQueued::SampledOut);
         }
-        if self.queued.load(Ordering::Relaxed) + g.records.len() >= EXPORT_QUEUE {
+        if self.queued.load(Ordering::Relaxed) + g.records >= EXPORT_QUEUE {
             return Err(NotQueued::Full);
         }
         Ok(())
     }
 
-    /// Gathers an admitted record for the next hand-over.
+    /// Writes an admitted record's spans for the next hand-over.
     pub fn push(&self, r: Traced) {
         let full = match self.gathered.lock() {
             Ok(mut g) => {
-                g.records.push(r);
-                g.records.len() >= HAND_OVER_AT
+                let g = &mut *g;
+                let o = &self.origin;
+                write_record(
+                    &r,
+                    &o.host,
+                    o.service_name.as_deref(),
+                    &mut g.ids,
+                    &mut g.batch,
+                );
+                g.records += 1;
+                g.records >= HAND_OVER_AT
             }
             Err(_) => false,
         };
@@ -140,14 +190,18 @@ impl TraceQueue {
         let Ok(mut g) = self.gathered.lock() else {
             return;
         };
-        if g.records.is_empty() {
+        if g.records == 0 {
             return;
         }
-        let v = std::mem::take(&mut g.records);
-        self.queued.fetch_add(v.len(), Ordering::Relaxed);
-        if let Err(e) = self.tx.send(v) {
+        let e = Encoded {
+            spans: g.batch.span_count(),
+            body: g.batch.encode(),
+            records: std::mem::take(&mut g.records),
+        };
+        self.queued.fetch_add(e.records, Ordering::Relaxed);
+        if let Err(e) = self.tx.send(e) {
             // The exporter is gone (only at stop): nothing will take them.
-            self.queued.fetch_sub(e.0.len(), Ordering::Relaxed);
+            self.queued.fetch_sub(e.0.records, Ordering::Relaxed);
         }
     }
 }
@@ -186,7 +240,7 @@ mod tests {
             ratio,
             slow: Duration::from_secs(10),
         };
-        let (q, rx) = trace_queue(sampling, true, Arc::clone(&stats));
+        let (q, rx) = trace_queue(sampling, true, Origin::default(), Arc::clone(&stats));
         (q, rx, stats)
     }
 
@@ -202,8 +256,34 @@ mod tests {
         q.hand_over();
         assert_eq!(q.queued.load(Ordering::Relaxed), 3);
         let got = rx.recv().await.expect("a hand-over");
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.records, 3);
+        assert!(got.spans >= 3, "each record's spans: {}", got.spans);
         assert_eq!(q.queued.load(Ordering::Relaxed), 0, "taken");
+    }
+
+    #[tokio::test]
+    async fn pieces_joined_are_one_request_with_every_span() {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message as _;
+        let (q, mut rx, _) = queue(1.0);
+        let mut joined = Encoded::default();
+        for n in [2, 1] {
+            for _ in 0..n {
+                q.push(Traced::Conn(conn(1_000)));
+            }
+            q.hand_over();
+            joined.join(rx.recv().await.expect("a piece"));
+        }
+        assert_eq!(joined.records, 3);
+        let req = ExportTraceServiceRequest::decode(joined.body.as_slice()).expect("decodes");
+        let spans: usize = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        assert_eq!(spans, joined.spans, "every span of both pieces");
+        assert_eq!(req.resource_spans.len(), 2, "one resource per piece");
     }
 
     #[test]

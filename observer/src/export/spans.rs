@@ -637,12 +637,23 @@ pub fn write_batch(
     batch: &mut TraceBatch,
 ) {
     for r in records {
-        let out = batch.spans_of(r.pid(), || resource(r, host, service_name));
-        match r {
-            Traced::Conn(c) => conn_spans(c, ids, out),
-            Traced::Dns(d) => lookup_span(d, ids, out),
-            Traced::Request(q) => write_request_spans(q, ids, out),
-        }
+        write_record(r, host, service_name, ids, batch);
+    }
+}
+
+/// Writes one record's spans into `batch`, under its process's resource.
+pub fn write_record(
+    r: &Traced,
+    host: &str,
+    service_name: Option<&str>,
+    ids: &mut Ids,
+    batch: &mut TraceBatch,
+) {
+    let out = batch.spans_of(r.pid(), || resource(r, host, service_name));
+    match r {
+        Traced::Conn(c) => conn_spans(c, ids, out),
+        Traced::Dns(d) => lookup_span(d, ids, out),
+        Traced::Request(q) => write_request_spans(q, ids, out),
     }
 }
 
