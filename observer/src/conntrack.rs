@@ -562,6 +562,8 @@ impl ConnTable {
 /// Feeds a call's bytes to its connection's conversation; the exchanges it
 /// ends become request records in `out.1` (lookups, `out.0`, join the
 /// first one's connection).
+// The records are boxed where made: they move on as boxes (see `requests_out`).
+#[allow(clippy::vec_box)]
 fn feed(
     talk: &mut crate::http::Conversation,
     live: Option<&Live>,

@@ -298,7 +298,8 @@ pub(crate) async fn correlate(
             emit_request(r);
         }
     };
-    // After a drain: closes whose wait is over, and the batch to the exporter.
+    // After a drain (and on the closes' own tick): closes whose wait is over,
+    // and the batch to the exporter.
     let after_drain = |table: &mut ConnTable| {
         table.end_closes_due(monotonic_ns());
         for r in table.conns_out.drain(..) {
@@ -330,16 +331,7 @@ pub(crate) async fn correlate(
                 after_drain(&mut table);
                 break;
             }
-            _ = closes_tick.tick(), if table.has_waiting_closes() => {
-                table.end_closes_due(monotonic_ns());
-                for r in table.conns_out.drain(..) {
-                    emit(r);
-                }
-                for r in table.requests_out.drain(..) {
-                    emit_request(r);
-                }
-                hand_over();
-            }
+            _ = closes_tick.tick(), if table.has_waiting_closes() => after_drain(&mut table),
             _ = tick.tick() => {
                 stats.health.correlator_beat();
                 table.set_clock(Clock::sample());
