@@ -577,7 +577,12 @@ fn feed(
     if done.is_empty() {
         return;
     }
-    let mut conn = ConnRecord::new(&ev.conn, live.map(|l| &l.owner), clock, State::Open);
+    let mut conn = Box::new(ConnRecord::new(
+        &ev.conn,
+        live.map(|l| &l.owner),
+        clock,
+        State::Open,
+    ));
     set_direction(&mut conn, talk.owner_is_client);
     // The first request's trace shows the connection's phases.
     if done.iter().any(|x| x.index == Some(1)) {
@@ -616,7 +621,7 @@ fn feed(
         out.1.push(r);
     }
     if let Some(at) = first {
-        out.1[at].connection = Some(Box::new(conn));
+        out.1[at].connection = Some(conn);
     }
 }
 

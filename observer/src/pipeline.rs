@@ -59,12 +59,19 @@ const UNUSED_LOOKUP_GRACE_NS: u64 = 5_000_000_000;
 /// context switches under load, 402-547 per 4 s with the observer, 133-215
 /// without). The kernel's wake-up at an eighth full still bounds a burst.
 fn next_wait_ms(wait_ms: u64, found: usize) -> u64 {
-    if found > 0 {
+    if found >= MAX_DRAIN {
+        // A drain that stopped at its cap: the ring is still full.
+        0
+    } else if found > 0 {
         POLL_INTERVAL_MS
     } else {
         (wait_ms * 2).min(IDLE_POLL_MS)
     }
 }
+
+/// Records one drain takes at most: a ring refilled as fast as it is read
+/// must not keep the correlator from its ticks (snapshots, health).
+const MAX_DRAIN: usize = 65_536;
 
 /// Drains the ring, handing each record's event to `on_event` as it is
 /// decoded (read where the kernel wrote it: no batch of events is built and
@@ -72,7 +79,8 @@ fn next_wait_ms(wait_ms: u64, found: usize) -> u64 {
 fn drain(ring: &mut RingBuf<MapData>, stats: &Stats, mut on_event: impl FnMut(Event)) -> usize {
     stats.health.reader_beat();
     let mut found = 0;
-    while let Some(item) = ring.next() {
+    while found < MAX_DRAIN {
+        let Some(item) = ring.next() else { break };
         found += 1;
         let ev = decode(&item);
         // The record's room goes back to the kernel before the event is
@@ -320,14 +328,14 @@ pub(crate) async fn correlate(
             }
             guard = ring.readable_mut() => {
                 let mut guard = guard.context("polling the ring buffer")?;
-                drain(guard.get_inner_mut(), &stats, |ev| on_event(&mut table, ev));
+                let found = drain(guard.get_inner_mut(), &stats, |ev| on_event(&mut table, ev));
                 guard.clear_ready();
-                wait_ms = POLL_INTERVAL_MS;
+                wait_ms = next_wait_ms(POLL_INTERVAL_MS, found.max(1));
                 after_drain(&mut table);
             }
             // The kernel side is frozen first: this drain sees every event.
             _ = stop.changed() => {
-                drain(ring.get_mut(), &stats, |ev| on_event(&mut table, ev));
+                while drain(ring.get_mut(), &stats, |ev| on_event(&mut table, ev)) >= MAX_DRAIN {}
                 after_drain(&mut table);
                 break;
             }
@@ -539,5 +547,10 @@ mod read_timer_tests {
         }
         assert_eq!(seen, [20, 40, 80, 100, 100, 100]);
         assert_eq!(next_wait_ms(IDLE_POLL_MS, 1), POLL_INTERVAL_MS);
+        assert_eq!(
+            next_wait_ms(POLL_INTERVAL_MS, MAX_DRAIN),
+            0,
+            "the ring is still full"
+        );
     }
 }

@@ -151,6 +151,12 @@ fn fields(mut headers: &[u8], len: Option<usize>) -> Head {
             }
             None => std::mem::take(&mut headers),
         };
+        // Only four names are read, and no other starts as they do: most
+        // lines (Server, Date, ETag, ...) are passed over at their first byte.
+        let first = line.trim_ascii_start().first();
+        if !matches!(first.map(|b| b | 0x20), Some(b'h' | b'c' | b't')) {
+            continue;
+        }
         let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
