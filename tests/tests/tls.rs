@@ -732,6 +732,39 @@ fn busy_processes_fall_back_to_socket_timing() {
     );
 }
 
+/// A low cap judges a rate, not a burst: a client that makes four quick
+/// requests (a dozen plaintext calls within a few ms, as any client makes
+/// around its first requests) and a server answering them stay below 100
+/// calls/s over any 200 ms, so both keep their plaintext probes and every
+/// request is read, on both ends.
+#[test]
+fn a_few_quick_requests_are_not_busy_at_a_low_cap() {
+    let Some(_serial) = begin("tls_burst", &["openssl", "python3"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let server = tls_server(&cert, "tls", 0, 0);
+    let w = Watch::start(&[
+        "--port",
+        &server.port.to_string(),
+        "--tls-plaintext-max-rate",
+        "100",
+    ]);
+    let c = python_client(server.port, &["--requests", "4"]);
+    let out = w.stop();
+    assert_eq!(c.len(), 1, "{c:?}");
+    let conn = only(&out, "local_port", &c[0]["local_port"]);
+    assert_eq!(conn["tls"]["ttfb_source"], "plaintext", "{conn:#}");
+    assert_eq!(conn["tls"]["exchanges"], 4, "{conn:#}");
+    for direction in ["outbound", "inbound"] {
+        let requests = out.requests_on(&c[0]["local_port"], direction);
+        let statuses: Vec<&Value> = requests.iter().map(|r| &r["status"]).collect();
+        assert_eq!(statuses, vec![&json!(200); 4], "{direction}: {requests:#?}");
+    }
+    let summary = out.summary();
+    assert_eq!(summary["tls"]["plaintext_fell_back"], 0, "{summary:#}");
+}
+
 /// A process in another mount namespace (a container's view) that maps a
 /// copy of libssl only that namespace can see: the observer reaches it
 /// through /proc/PID/root and probes that file.

@@ -23,6 +23,10 @@ use crate::{conntrack::KernelConns, tracefs};
 /// The eBPF object observer/build.rs built.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
 
+/// The fewest plaintext calls in one kernel rate window that report a
+/// process busy, whatever the cap.
+pub const MIN_BUSY_CALLS: u64 = 16;
+
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
     /// CONNS max_entries: connections tracked at once.
@@ -103,10 +107,15 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
     // ~13 ms, well inside the ring even if the poll timer is late.
     let wakeup = u64::from(opts.ring_bytes / 8);
-    // Calls per kernel rate window (50 ms) that make a process busy.
+    // Calls per kernel rate window (50 ms) that make a process busy: at
+    // least MIN_BUSY_CALLS, as a low cap's share of one window (5 calls at
+    // 100/s) is what any client makes around its first request (curl: 4,
+    // then waits) and says nothing of its rate; the manager's 200 ms average
+    // judges those.
     let busy_calls = match opts.tls_busy_rate {
         0 => 0u32,
-        rate => u32::try_from((rate * RATE_WINDOW_NS / 1_000_000_000).max(1)).unwrap_or(u32::MAX),
+        rate => u32::try_from((rate * RATE_WINDOW_NS / 1_000_000_000).max(MIN_BUSY_CALLS))
+            .unwrap_or(u32::MAX),
     };
     let ebpf = EbpfLoader::new()
         // Our programs carry no CO-RE relocations (offsets come from our own

@@ -853,12 +853,19 @@ impl TlsProbes {
             self.last_rate_check = now;
             let mut busy = Vec::new();
             for (&pid, att) in &mut self.procs {
+                let span = now.duration_since(att.last_at);
+                // Judged over a whole period: a process followed a few ms
+                // ago has its first request's few calls behind it, which
+                // over those ms would read as hundreds a second.
+                if span < RATE_CHECK {
+                    continue;
+                }
                 let calls = self
                     .procs_map
                     .as_ref()
                     .and_then(|m| m.get(&pid, 0).ok())
                     .map_or(att.last_calls, |p| p.plaintext_calls);
-                let secs = now.duration_since(att.last_at).as_secs_f64().max(0.01);
+                let secs = span.as_secs_f64();
                 let rate = calls.saturating_sub(att.last_calls) as f64 / secs;
                 att.last_calls = calls;
                 att.last_at = now;
