@@ -27,10 +27,8 @@ pub const STARTTLS_LOOKS: u8 = 8;
 /// connection's body bytes may look like a record header).
 pub const TUNNEL: u8 = u8::MAX;
 
-/// Plain HTTP/1.x connections whose sequence numbers are followed at once.
-pub const MAX_HTTP_SOCKS: u32 = 65_536;
-
-/// What the packet programs keep per plain HTTP/1.x connection.
+/// What the packet programs keep per plain HTTP/1.x connection
+/// ([`crate::Conn::http_state`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HttpSock {
@@ -126,4 +124,4 @@ pub const DATA_FROM_START: u8 = 1;
 /// From a plain TCP segment (not a TLS library call).
 pub const DATA_PLAIN: u8 = 2;
 
-const _: () = assert!(core::mem::size_of::<PlaintextEvent>() == 16 + 168 + 40 + DATA_CAPTURE);
+const _: () = assert!(core::mem::size_of::<PlaintextEvent>() == 16 + 192 + 40 + DATA_CAPTURE);

@@ -240,6 +240,12 @@ pub struct Conn {
     /// The peer's FIN arrived (ESTABLISHED -> CLOSE_WAIT): a request sent
     /// after it went to a connection the peer had already closed.
     pub peer_fin_ns: u64,
+    /// What the packet programs keep while they copy a plain HTTP/1.x
+    /// connection's payload. Here, in the entry every packet looks up
+    /// anyway, rather than in a map of its own: an insert per connection into
+    /// a full LRU map (each one evicting) was most of the packet programs'
+    /// cost under connection churn.
+    pub http_state: http::HttpSock,
 }
 
 /// Record for [`EventKind::Owner`].
@@ -328,8 +334,9 @@ pub enum Counter {
     /// Plain HTTP connections whose payload stopped being copied: they moved
     /// more segments per window than [`http::BUSY_SEGMENTS`].
     HttpBusy = 10,
-    /// Plain HTTP connections whose sequence state could not be stored (map
-    /// full): their payload is not copied.
+    /// Plain HTTP connections whose sequence state could not be stored: none
+    /// since that state lives in the connection's own entry (kept, always 0,
+    /// for the exported counter of that name).
     HttpInsertFailed = 11,
     /// Connections found established with no record of their start (begun
     /// before the observer started, or evicted), tracked from then on.
@@ -442,8 +449,8 @@ mod pod {
 
 // Layout checks: a change here is a wire-format change on both sides.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
-const _: () = assert!(core::mem::size_of::<Conn>() == 168);
+const _: () = assert!(core::mem::size_of::<Conn>() == 192);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);
-const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 168 + 128);
+const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 192 + 128);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 32 + EXEC_PATH_LEN);

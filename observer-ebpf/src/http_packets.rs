@@ -24,15 +24,14 @@ use aya_ebpf::{
     bindings::{bpf_sock, BPF_SK_STORAGE_GET_F_CREATE},
     btf_maps::SkStorage,
     helpers::{bpf_skb_load_bytes, generated::bpf_sk_storage_get},
-    macros::{btf_map, map},
-    maps::LruHashMap,
+    macros::btf_map,
     programs::SkBuffContext,
     EbpfContext,
 };
 use observer_common::{
     http::{
         self, HttpSock, PlaintextEvent, BUSY_SEGMENTS, DATA_CAPTURE, DATA_FROM_START, DATA_HALF,
-        DATA_PLAIN, MAX_HTTP_SOCKS,
+        DATA_PLAIN,
     },
     tcp_state,
     tls::{op, RATE_WINDOW_NS},
@@ -51,10 +50,6 @@ use crate::{
 
 /// The first four bytes of a proxy's tunnel request.
 const CONNECT: u32 = u32::from_le_bytes(*b"CONN");
-
-/// Sequence numbers and copy rate of each plain HTTP/1.x connection.
-#[map(name = "HTTP_SOCKS")]
-pub static HTTP_SOCKS: LruHashMap<u64, HttpSock> = LruHashMap::with_max_entries(MAX_HTTP_SOCKS, 0);
 
 /// Sockets with nothing more to read (TLS, or a first payload that is not
 /// HTTP/1.x, and owner and first bytes known): socket storage, so that their packets, most of a busy HTTPS
@@ -274,12 +269,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             ..HttpSock::default()
         };
         st.next_seq[dir & 1] = end;
-        if HTTP_SOCKS.insert(&key, &st, 0).is_err() {
-            count(Counter::HttpInsertFailed);
-            conn.http = http::NO;
-            quiet(sk, conn);
-            return None;
-        }
+        conn.http_state = st;
         conn.http = http::YES;
         conn.http_looks = if start == CONNECT { http::TUNNEL } else { 0 };
     } else {
@@ -292,14 +282,7 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
         {
             return Some(Untied { sk, conn });
         }
-        let Some(st) = HTTP_SOCKS.get_ptr_mut(&key) else {
-            // Evicted (the map is an LRU): nothing more is copied.
-            conn.http = http::NO;
-            quiet(sk, conn);
-            return None;
-        };
-        // SAFETY: a live map value.
-        let st = unsafe { &mut *st };
+        let st = &mut conn.http_state;
         let want = st.next_seq[dir & 1];
         // Bytes already seen (a retransmission) end at or before what we expect.
         if want != 0 && (end.wrapping_sub(want) as i32) <= 0 {
@@ -315,7 +298,6 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             count(Counter::HttpBusy);
             conn.http = http::NO;
             quiet(sk, conn);
-            let _ = HTTP_SOCKS.remove(&key);
             return None;
         }
     }

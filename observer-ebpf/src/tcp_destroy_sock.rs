@@ -1,23 +1,25 @@
-//! `tcp:tcp_destroy_sock`: the socket is freed. Format: skaddr, ports, family,
-//! addresses, sock_cookie.
+//! `tcp:tcp_destroy_sock`, as a raw tracepoint: the socket is freed. Its
+//! one argument is the socket; raw, the kernel builds no trace record for
+//! it (the classic record, ports and addresses, went unread) and guards
+//! recursion per program, not per CPU (a classic tracepoint is skipped while
+//! any other tracing program runs on its CPU).
 //!
 //! A connection's record goes out here rather than at CLOSE: the kernel moves
 //! to CLOSE before it sends the RST of an aborting close() and before the
 //! error report of a timeout, and both belong in the record. The end time is
 //! still the CLOSE transition's.
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use observer_common::tracepoints::tcp_destroy_sock as f;
+use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 
 use crate::{
-    ctx::{field, now_ns},
+    ctx::now_ns,
     events::{emit_close, sk_err, sk_srtt_us},
     maps::CONNS,
 };
 
-#[tracepoint]
-pub fn tcp_destroy_sock(ctx: TracePointContext) -> u32 {
-    let sk: u64 = field(&ctx, f::SKADDR);
+#[raw_tracepoint(tracepoint = "tcp_destroy_sock")]
+pub fn tcp_destroy_sock(ctx: RawTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
     let Some(conn) = CONNS.get_ptr_mut(&sk) else {
         return 0;
     };

@@ -233,12 +233,16 @@ pub const PROGRAMS: &[Program] = &[
         false,
         "resets sent",
     ),
-    tp(
-        "tcp_destroy_sock",
-        tracepoints::tcp_destroy_sock::LAYOUT,
-        false,
-        "resets sent by an aborting close() (else records go out at CLOSE)",
-    ),
+    Program {
+        name: "tcp_destroy_sock",
+        hook: Hook::RawTracePoint {
+            layout: tracepoints::tcp_destroy_sock::LAYOUT,
+        },
+        feature: Feature::Connections,
+        also: None,
+        required: false,
+        gives: "resets sent by an aborting close() (else records go out at CLOSE)",
+    },
     tp(
         "sched_process_exec",
         tracepoints::sched_process_exec::LAYOUT,
