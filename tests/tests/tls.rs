@@ -684,6 +684,19 @@ fn without_plaintext_probes_times_come_from_the_socket() {
     assert_eq!(out.summary()["tls"]["plaintext_attached_total"], 0);
 }
 
+/// A TLS server, and a watch on its port with the plaintext cap at 100
+/// calls/s.
+fn server_watched_at_a_low_cap(cert: &Cert) -> (HelperServer, Watch) {
+    let server = tls_server(cert, "tls", 0, 0);
+    let w = Watch::start(&[
+        "--port",
+        &server.port.to_string(),
+        "--tls-plaintext-max-rate",
+        "100",
+    ]);
+    (server, w)
+}
+
 /// A process whose plaintext call rate passes --tls-plaintext-max-rate loses
 /// its per-call probes: its next connection keeps its handshake time, and
 /// being a client's, has no first-byte time (counted why).
@@ -693,13 +706,7 @@ fn busy_processes_fall_back_to_socket_timing() {
         return;
     };
     let cert = Cert::new();
-    let server = tls_server(&cert, "tls", 0, 0);
-    let w = Watch::start(&[
-        "--port",
-        &server.port.to_string(),
-        "--tls-plaintext-max-rate",
-        "100",
-    ]);
+    let (server, w) = server_watched_at_a_low_cap(&cert);
     let c = python_client(
         server.port,
         &[
@@ -743,13 +750,7 @@ fn a_few_quick_requests_are_not_busy_at_a_low_cap() {
         return;
     };
     let cert = Cert::new();
-    let server = tls_server(&cert, "tls", 0, 0);
-    let w = Watch::start(&[
-        "--port",
-        &server.port.to_string(),
-        "--tls-plaintext-max-rate",
-        "100",
-    ]);
+    let (server, w) = server_watched_at_a_low_cap(&cert);
     let c = python_client(server.port, &["--requests", "4"]);
     let out = w.stop();
     assert_eq!(c.len(), 1, "{c:?}");
