@@ -14,8 +14,8 @@ use observer_common::{
 };
 
 use crate::maps::{
-    count, sk_err_offset, sk_lock_owned_offset, srtt_us_offset, tcp_counters, wakeup_bytes, CONNS,
-    EVENTS, TLS_CONNS,
+    count, sk_err_offset, sk_lock_owned_offset, srtt_us_offset, tcp_counters, tls_wake_at_once,
+    wakeup_bytes, CONNS, EVENTS, TLS_CONNS,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -110,8 +110,9 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
     let _ = CONNS.remove(&sk);
 }
 
-/// Announces a process's first TLS session. Wakes the reader at once: the
-/// per-process probes it may attach should be in before the first request.
+/// Announces a process's first TLS session (or context). The reader is woken
+/// at once only while a file is per process: then the per-process probes
+/// it may attach should be in before the first request.
 #[inline(always)]
 pub fn emit_tls_process(pid: u32, library: u8, now: u64) {
     let Some(mut entry) = reserve::<TlsProcessEvent>(EventKind::TlsProcess, now) else {
@@ -123,7 +124,14 @@ pub fn emit_tls_process(pid: u32, library: u8, now: u64) {
         (*ev).pid = pid;
         (*ev).library = u32::from(library);
     }
-    entry.submit(BPF_RB_FORCE_WAKEUP);
+    // Read at the next drain, unless a file is per process now (see
+    // TLS_WAKE_MAP): a forced wake-up costs this call ~20 µs here.
+    let flags = if tls_wake_at_once() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        submit_flags()
+    };
+    entry.submit(flags);
 }
 
 /// Sends the server name of the TLS session on `sk`.

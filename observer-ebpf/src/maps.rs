@@ -2,7 +2,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use observer_common::{
     tls::{
@@ -163,6 +163,16 @@ pub fn fd_walk() -> FdWalk {
 /// Process (tgid) -> TLS use; a new entry announces the process to userspace.
 #[map(name = "TLS_PROCS")]
 pub static TLS_PROCS: LruHashMap<u32, TlsProc> = LruHashMap::with_max_entries(MAX_TLS_PROCS, 0);
+
+/// Nonzero while a process beginning TLS must be read at once
+/// (`observer_common::tls::TLS_WAKE_MAP`).
+#[map(name = "TLS_WAKE")]
+static TLS_WAKE: Array<u32> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn tls_wake_at_once() -> bool {
+    TLS_WAKE.get(0).is_some_and(|w| *w != 0)
+}
 
 /// Scratch space for building a session (too big for the 512-byte stack
 /// next to the rest of a probe's locals).

@@ -28,10 +28,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{HashMap as BpfHashMap, MapData};
+use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, MapData};
 use observer_common::{
     hold::HoldEvent,
-    tls::{library, TlsProc, TLS_PROCS_MAP},
+    tls::{library, TlsProc, TLS_PROCS_MAP, TLS_WAKE_MAP},
 };
 
 use super::{
@@ -116,6 +116,8 @@ pub struct TlsProbes {
     high_rate: HashSet<u32>,
     scans: Vec<(Instant, u32)>,
     procs_map: Option<BpfHashMap<MapData, u32, TlsProc>>,
+    /// Set while a file is per process (see `TLS_WAKE_MAP`).
+    wake_map: Option<BpfArray<MapData, u32>>,
     last_rate_check: Instant,
     last_full_scan: Instant,
     /// Shared uprobe events behind the per-process probes.
@@ -187,6 +189,10 @@ impl TlsProbes {
             .ebpf
             .take_map(TLS_PROCS_MAP)
             .and_then(|m| BpfHashMap::try_from(m).ok());
+        let wake_map = probes
+            .ebpf
+            .take_map(TLS_WAKE_MAP)
+            .and_then(|m| BpfArray::try_from(m).ok());
         let now = Instant::now();
         Self {
             go: GoFiles::new(probes),
@@ -200,6 +206,7 @@ impl TlsProbes {
             high_rate: HashSet::new(),
             scans: Vec::new(),
             procs_map,
+            wake_map,
             last_rate_check: now,
             last_full_scan: now,
             on_c_library,
@@ -698,6 +705,9 @@ impl TlsProbes {
     /// then its all-process probes come off.
     fn make_per_process(&mut self, probes: &mut Probes, id: FileId) {
         let t = Instant::now();
+        // Before the all-process probes come off: a process beginning TLS
+        // from now on is read at once.
+        self.set_wake(true);
         let pids: Vec<u32> = self.procs.keys().copied().collect();
         for pid in pids {
             if let Some(m) = self.scan(probes, pid).into_iter().find(|m| m.id == id) {
@@ -743,7 +753,19 @@ impl TlsProbes {
         for f in self.procs.values_mut() {
             f.probes.remove(&id);
         }
+        let any = self.files.keys().any(|&id| self.is_per_process(id));
+        self.set_wake(any);
         tracing::info!("TLS: file {id:?} back to all processes");
+    }
+
+    /// Tells the kernel whether a process beginning TLS must wake us at once:
+    /// only while some file is per process (its probes come when we read it).
+    fn set_wake(&mut self, on: bool) {
+        if let Some(map) = &mut self.wake_map {
+            if let Err(e) = map.set(0, u32::from(on), 0) {
+                tracing::warn!("TLS: new processes' announcements not hastened: {e}");
+            }
+        }
     }
 
     /// `pid`'s own plaintext probes on the file of mapping `m`.
