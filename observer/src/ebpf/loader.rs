@@ -27,6 +27,19 @@ pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 /// process busy, whatever the cap.
 pub const MIN_BUSY_CALLS: u64 = 16;
 
+/// Calls per kernel rate window (50 ms) that make a process busy at `rate`
+/// calls/s (0: never): at least MIN_BUSY_CALLS, as a low cap's share of one
+/// window (5 calls at 100/s) is what any client makes around its first
+/// request (curl: 4, then waits) and says nothing of its rate; the
+/// manager's 200 ms average judges those.
+fn busy_calls_per_window(rate: u64) -> u32 {
+    match rate {
+        0 => 0,
+        rate => u32::try_from(rate.saturating_mul(RATE_WINDOW_NS) / 1_000_000_000)
+            .map_or(u32::MAX, |n| n.max(MIN_BUSY_CALLS as u32)),
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
     /// CONNS max_entries: connections tracked at once.
@@ -107,16 +120,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
     // ~13 ms, well inside the ring even if the poll timer is late.
     let wakeup = u64::from(opts.ring_bytes / 8);
-    // Calls per kernel rate window (50 ms) that make a process busy: at
-    // least MIN_BUSY_CALLS, as a low cap's share of one window (5 calls at
-    // 100/s) is what any client makes around its first request (curl: 4,
-    // then waits) and says nothing of its rate; the manager's 200 ms average
-    // judges those.
-    let busy_calls = match opts.tls_busy_rate {
-        0 => 0u32,
-        rate => u32::try_from((rate * RATE_WINDOW_NS / 1_000_000_000).max(MIN_BUSY_CALLS))
-            .unwrap_or(u32::MAX),
-    };
+    let busy_calls = busy_calls_per_window(opts.tls_busy_rate);
     let ebpf = EbpfLoader::new()
         // Our programs carry no CO-RE relocations (offsets come from our own
         // BTF reader), so aya needs no kernel BTF kept around.
@@ -304,4 +308,18 @@ fn test_run_raw_tp(fd: BorrowedFd<'_>, args: &[u64]) -> std::io::Result<u32> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(attr.retval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_low_cap_still_takes_sixteen_calls_in_a_window() {
+        assert_eq!(busy_calls_per_window(0), 0);
+        assert_eq!(busy_calls_per_window(100), 16);
+        assert_eq!(busy_calls_per_window(500), 25);
+        assert_eq!(busy_calls_per_window(2000), 100);
+        assert_eq!(busy_calls_per_window(u64::MAX), u32::MAX);
+    }
 }

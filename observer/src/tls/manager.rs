@@ -139,6 +139,13 @@ pub struct TlsProbes {
 /// the check is frequent; the count is one map lookup per process.
 const RATE_CHECK: Duration = Duration::from_millis(200);
 const FULL_SCAN: Duration = Duration::from_secs(10);
+
+/// Calls per second over `span`, once `span` is a whole check period (None
+/// before): a process followed a few ms ago has its first request's few
+/// calls behind it, which over those ms would read as hundreds a second.
+fn call_rate(calls: u64, span: Duration) -> Option<f64> {
+    (span >= RATE_CHECK).then(|| calls as f64 / span.as_secs_f64())
+}
 /// After an exec the loader maps the libraries within milliseconds, and
 /// runtimes load more later; look again.
 const EXEC_SCANS: [Duration; 2] = [Duration::from_millis(50), Duration::from_secs(1)];
@@ -705,6 +712,9 @@ impl TlsProbes {
     /// then its all-process probes come off.
     fn make_per_process(&mut self, probes: &mut Probes, id: FileId) {
         let t = Instant::now();
+        if !matches!(self.files.get(&id), Some(Some(_))) {
+            return;
+        }
         // Before the all-process probes come off: a process beginning TLS
         // from now on is read at once.
         self.set_wake(true);
@@ -876,19 +886,14 @@ impl TlsProbes {
             let mut busy = Vec::new();
             for (&pid, att) in &mut self.procs {
                 let span = now.duration_since(att.last_at);
-                // Judged over a whole period: a process followed a few ms
-                // ago has its first request's few calls behind it, which
-                // over those ms would read as hundreds a second.
-                if span < RATE_CHECK {
-                    continue;
-                }
                 let calls = self
                     .procs_map
                     .as_ref()
                     .and_then(|m| m.get(&pid, 0).ok())
                     .map_or(att.last_calls, |p| p.plaintext_calls);
-                let secs = span.as_secs_f64();
-                let rate = calls.saturating_sub(att.last_calls) as f64 / secs;
+                let Some(rate) = call_rate(calls.saturating_sub(att.last_calls), span) else {
+                    continue;
+                };
                 att.last_calls = calls;
                 att.last_at = now;
                 if rate > self.settings.max_rate as f64 {
@@ -932,4 +937,18 @@ fn own_executable() -> Option<FileId> {
 fn same_file(path: &Path, id: FileId) -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).is_ok_and(|md| (md.dev(), md.ino()) == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_judged_over_a_whole_period_only() {
+        // curl's four calls, 10 ms after it was followed: no rate yet.
+        assert_eq!(call_rate(4, Duration::from_millis(10)), None);
+        assert_eq!(call_rate(4, Duration::from_millis(199)), None);
+        assert_eq!(call_rate(40, Duration::from_millis(200)), Some(200.0));
+        assert_eq!(call_rate(4, Duration::from_millis(400)), Some(10.0));
+    }
 }
