@@ -9,10 +9,11 @@
 //! process: a connection's byte and segment totals come from the kernel's
 //! own counters when its record is made (`events::copy_counters`).
 
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid};
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use observer_common::{Conn, FLAG_OWNED, FLAG_TLS, FLAG_TLS_RECORDS, FLAG_TLS_TIMED};
 
 use crate::{
+    ctx::current_comm_into,
     events::{emit_owner, sk_held_by_task, sk_srtt_us},
     maps::{own_tgid, sk_lock_owned_offset, CONNS, OWN_SOCKS},
     tls_state,
@@ -76,7 +77,7 @@ fn claim(conn: &mut Conn, now: u64) -> bool {
     }
     conn.pid = tgid;
     conn.tid = pid_tgid as u32;
-    conn.comm = bpf_get_current_comm().unwrap_or_default();
+    current_comm_into(&mut conn.comm);
     conn.flags |= FLAG_OWNED;
     if conn.flags & FLAG_TLS_RECORDS != 0 {
         // Its TLS context was made before the observer started: the

@@ -9,9 +9,7 @@
 //! is in the context), after three header loads for the others.
 
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_skb_load_bytes,
-    },
+    helpers::{bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_skb_load_bytes},
     macros::map,
     maps::LruHashMap,
     programs::SkBuffContext,
@@ -24,7 +22,7 @@ use observer_common::{
 
 use crate::{
     cgroup_skb::layers,
-    ctx::now_ns,
+    ctx::{current_comm_into, now_ns, zero_words},
     events::{reserve, submit_flags},
     libc_resolver::DNS_CALLS,
     maps::{count, own_tgid},
@@ -130,16 +128,19 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         (*ev).cookie = cookie;
         (*ev).pid = (pid_tgid >> 32) as u32;
         (*ev).tid = pid_tgid as u32;
-        (*ev).libc_start_ns = if egress {
+        let libc_start_ns = if egress {
             DNS_CALLS.get(&pid_tgid).map_or(0, |c| c.start_ns)
         } else {
             0
         };
-        (*ev).comm = if egress {
-            bpf_get_current_comm().unwrap_or_default()
+        // Volatile: on ingress it and the zero pid beside it would merge
+        // into a byte-loop memset.
+        core::ptr::write_volatile(&raw mut (*ev).libc_start_ns, libc_start_ns);
+        if egress {
+            current_comm_into(&mut (*ev).comm);
         } else {
-            [0; 16]
-        };
+            zero_words(&raw mut (*ev).comm);
+        }
         (*ev).egress = u8::from(egress);
         (*ev).proto = l.proto;
         (*ev).ip_version = l.ip_version;
@@ -157,14 +158,21 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         } else {
             (saddr, daddr)
         };
+        // Loaded straight into the record (an array built on the stack and
+        // assigned is a byte-loop memmove); zeroes where a load fails.
+        zero_words(&raw mut (*ev).remote);
+        zero_words(&raw mut (*ev).local);
+        // The helper itself with a constant length (aya's `load_bytes`
+        // clamps it to the packet, which the verifier reads as maybe 0).
+        let skb = ctx.as_ptr().cast();
+        let remote = core::ptr::addr_of_mut!((*ev).remote).cast();
+        let local = core::ptr::addr_of_mut!((*ev).local).cast();
         if alen == 4 {
-            let a: [u8; 4] = ctx.load(r).unwrap_or([0; 4]);
-            let b: [u8; 4] = ctx.load(lo).unwrap_or([0; 4]);
-            (*ev).remote = [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-            (*ev).local = [b[0], b[1], b[2], b[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            bpf_skb_load_bytes(skb, r as u32, remote, 4);
+            bpf_skb_load_bytes(skb, lo as u32, local, 4);
         } else {
-            (*ev).remote = ctx.load(r).unwrap_or([0; 16]);
-            (*ev).local = ctx.load(lo).unwrap_or([0; 16]);
+            bpf_skb_load_bytes(skb, r as u32, remote, 16);
+            bpf_skb_load_bytes(skb, lo as u32, local, 16);
         }
         // ((len - 1) & 511) + 1 == len here (12..=512); the verifier needs
         // to see the copy's size bounded away from 0 and the buffer's end.

@@ -13,6 +13,7 @@ use observer_common::{
     CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS, SOCK_DONE,
 };
 
+use crate::ctx::{copy_words, zero_words};
 use crate::maps::{
     count, sk_err_offset, sk_lock_owned_offset, srtt_us_offset, tcp_counters, tls_wake_at_once,
     wakeup_bytes, CONNS, EVENTS, TLS_CONNS,
@@ -66,12 +67,12 @@ pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
         (*ev).sk = sk;
         (*ev).pid = conn.pid;
         (*ev).tid = conn.tid;
-        (*ev).comm = conn.comm;
+        copy_words(&raw mut (*ev).comm, &conn.comm);
         (*ev).direction = conn.direction;
         (*ev)._pad = 0;
         (*ev).family = conn.family;
         (*ev)._pad2 = 0;
-        (*ev).daddr = conn.daddr;
+        copy_words(&raw mut (*ev).daddr, &conn.daddr);
     }
     entry.submit(submit_flags());
 }
@@ -91,13 +92,11 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
         // SAFETY: `ev` points at a reserved record of the right size; `conn`
         // at a live map value.
         unsafe {
-            (*ev).conn = *conn;
+            copy_words(&raw mut (*ev).conn, conn);
             copy_counters(sk, &mut (*ev).conn);
-            (*ev).tls = TlsConn::default();
-            if has_tls(&*conn) {
-                if let Some(tls) = TLS_CONNS.get_ptr(&sk) {
-                    (*ev).tls = *tls;
-                }
+            match has_tls(&*conn).then(|| TLS_CONNS.get_ptr(&sk)).flatten() {
+                Some(tls) => copy_words(&raw mut (*ev).tls, tls),
+                None => zero_words(&raw mut (*ev).tls),
             }
         }
         entry.submit(submit_flags());
@@ -363,7 +362,7 @@ pub fn emit_tls_plaintext(
     // a live map value.
     let ok = unsafe {
         (*ev).flags = 0;
-        (*ev).conn = *conn;
+        copy_words(&raw mut (*ev).conn, conn);
         (*ev).entry_ns = entry_ns;
         (*ev).ret_ns = now;
         (*ev).len = n as u32;

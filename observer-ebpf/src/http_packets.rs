@@ -30,8 +30,7 @@ use aya_ebpf::{
 };
 use observer_common::{
     http::{
-        self, HttpSock, PlaintextEvent, BUSY_SEGMENTS, DATA_CAPTURE, DATA_FROM_START, DATA_HALF,
-        DATA_PLAIN,
+        self, PlaintextEvent, BUSY_SEGMENTS, DATA_CAPTURE, DATA_FROM_START, DATA_HALF, DATA_PLAIN,
     },
     tcp_state,
     tls::{op, RATE_WINDOW_NS},
@@ -42,7 +41,7 @@ use observer_common::{
 use crate::{
     cgroup_skb::tcp_payload,
     conn_packets,
-    ctx::now_ns,
+    ctx::{copy_words, now_ns, zero_words, zeroed_in},
     events::{is_h2_frame, is_http, reserve, submit_flags},
     maps::{count, CONNS, OWN_SOCKS},
     tls_state, tls_wire,
@@ -263,13 +262,12 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
             let records = conn.flags & (FLAG_TLS_RECORDS | FLAG_TLS) == FLAG_TLS_RECORDS;
             return (egress && records).then_some(Untied { sk, conn });
         }
-        let mut st = HttpSock {
-            window_start_ns: now,
-            window_segments: 1,
-            ..HttpSock::default()
-        };
+        // SAFETY: the connection's own state, eight-aligned in its entry.
+        unsafe { zero_words(&raw mut conn.http_state) };
+        let st = &mut conn.http_state;
+        st.window_start_ns = now;
+        st.window_segments = 1;
         st.next_seq[dir & 1] = end;
-        conn.http_state = st;
         conn.http = http::YES;
         conn.http_looks = if start == CONNECT { http::TUNNEL } else { 0 };
     } else {
@@ -305,15 +303,16 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` is a reserved record of the right size.
     let ok = unsafe {
-        (*ev).conn = *conn;
+        copy_words(&raw mut (*ev).conn, conn);
         (*ev).entry_ns = now;
         (*ev).ret_ns = now;
         (*ev).len = len as u32;
         (*ev).op = if egress { op::WRITE } else { op::READ };
         let from_start = first && !midstream && fresh;
         (*ev).flags = DATA_PLAIN | if from_start { DATA_FROM_START } else { 0 };
-        (*ev).hs_start_ns = 0;
-        (*ev).hs_end_ns = 0;
+        // Volatile: two zero stores side by side become a byte-loop memset.
+        core::ptr::write_volatile(&raw mut (*ev).hs_start_ns, 0);
+        core::ptr::write_volatile(&raw mut (*ev).hs_end_ns, 0);
         (*ev).library = 0;
         (*ev)._pad = 0;
         if len <= DATA_CAPTURE {
@@ -347,13 +346,12 @@ fn adopt(sk: *mut bpf_sock, key: u64, family: u32, tls: bool) -> Option<*mut Con
         skip(sk);
         return None;
     }
-    let mut c = Conn {
-        sk: key,
-        start_ns: now_ns(),
-        family: family as u16,
-        flags: FLAG_ESTABLISHED | FLAG_MIDSTREAM | if tls { FLAG_TLS_RECORDS } else { 0 },
-        ..Conn::default()
-    };
+    let mut slot = core::mem::MaybeUninit::<Conn>::uninit();
+    let c = zeroed_in(&mut slot);
+    c.sk = key;
+    c.start_ns = now_ns();
+    c.family = family as u16;
+    c.flags = FLAG_ESTABLISHED | FLAG_MIDSTREAM | if tls { FLAG_TLS_RECORDS } else { 0 };
     // SAFETY: the packet's socket (non-null); its common fields are readable.
     unsafe {
         c.sport = (*sk).src_port as u16;
@@ -374,7 +372,7 @@ fn adopt(sk: *mut bpf_sock, key: u64, family: u32, tls: bool) -> Option<*mut Con
         DIR_OUTBOUND
     };
     if CONNS
-        .insert(&key, &c, u64::from(aya_ebpf::bindings::BPF_NOEXIST))
+        .insert(&key, c, u64::from(aya_ebpf::bindings::BPF_NOEXIST))
         .is_err()
     {
         count(Counter::ConnInsertFailed);

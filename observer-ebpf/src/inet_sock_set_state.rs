@@ -10,9 +10,7 @@
 //! a payload on them (see `conn_packets`).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::tracepoint,
-    programs::TracePointContext,
+    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
 };
 use observer_common::{
     tcp_state::*, tracepoints::inet_sock_set_state as f, Conn, Counter, AF_INET6, DIR_INBOUND,
@@ -20,7 +18,7 @@ use observer_common::{
 };
 
 use crate::{
-    ctx::{field, now_ns},
+    ctx::{current_comm_into, field, now_ns, zeroed_in},
     events::{emit_close, emit_owner, sk_err, sk_srtt_us},
     maps::{count, emit_at_destroy, own_tgid, CONNS},
 };
@@ -73,19 +71,18 @@ fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
         return None;
     }
     let now = now_ns();
-    let mut conn = Conn {
-        sk,
-        start_ns: now,
-        pid: tgid,
-        tid: pid_tgid as u32,
-        comm: bpf_get_current_comm().unwrap_or_default(),
-        direction: DIR_OUTBOUND,
-        flags: FLAG_OWNED,
-        ..Conn::default()
-    };
-    fill_tuple(ctx, &mut conn);
-    track(sk, &conn, Counter::OutboundOpened, now)?;
-    emit_owner(sk, &conn, now);
+    let mut slot = core::mem::MaybeUninit::<Conn>::uninit();
+    let conn = zeroed_in(&mut slot);
+    conn.sk = sk;
+    conn.start_ns = now;
+    conn.pid = tgid;
+    conn.tid = pid_tgid as u32;
+    current_comm_into(&mut conn.comm);
+    conn.direction = DIR_OUTBOUND;
+    conn.flags = FLAG_OWNED;
+    fill_tuple(ctx, conn);
+    track(sk, conn, Counter::OutboundOpened, now)?;
+    emit_owner(sk, conn, now);
     Some(())
 }
 
@@ -102,16 +99,15 @@ fn on_established(ctx: &TracePointContext, sk: u64) -> Option<()> {
 
 fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
     let now = now_ns();
-    let mut conn = Conn {
-        sk,
-        start_ns: now,
-        established_ns: now,
-        direction: DIR_INBOUND,
-        flags: FLAG_ESTABLISHED,
-        ..Conn::default()
-    };
-    fill_tuple(ctx, &mut conn);
-    track(sk, &conn, Counter::InboundOpened, now)
+    let mut slot = core::mem::MaybeUninit::<Conn>::uninit();
+    let conn = zeroed_in(&mut slot);
+    conn.sk = sk;
+    conn.start_ns = now;
+    conn.established_ns = now;
+    conn.direction = DIR_INBOUND;
+    conn.flags = FLAG_ESTABLISHED;
+    fill_tuple(ctx, conn);
+    track(sk, conn, Counter::InboundOpened, now)
 }
 
 /// Starts tracking `conn`. An earlier connection still under the same socket

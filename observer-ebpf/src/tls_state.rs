@@ -18,7 +18,7 @@ use observer_common::{
 };
 
 use crate::{
-    ctx::now_ns,
+    ctx::{now_ns, zero_words, zeroed_in},
     events::{emit_tls_busy, emit_tls_name, emit_tls_plaintext, emit_tls_process},
     maps::{
         busy_calls, count, own_tgid, CONNS, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH,
@@ -45,8 +45,8 @@ fn announce(tgid: u32, library: u8, now: u64) {
     if TLS_PROCS.get_ptr(&tgid).is_some() {
         return;
     }
-    let fresh = TlsProc::default();
-    if TLS_PROCS.insert(&tgid, &fresh, 0).is_ok() {
+    let mut slot = core::mem::MaybeUninit::<TlsProc>::uninit();
+    if TLS_PROCS.insert(&tgid, zeroed_in(&mut slot), 0).is_ok() {
         emit_tls_process(tgid, library, now);
     }
 }
@@ -71,7 +71,7 @@ fn create(k: &TlsSessionKey, library: u8, flags: u8) -> Option<*mut TlsSession> 
     let scratch = TLS_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the per-CPU scratch slot belongs to this program run.
     unsafe {
-        core::ptr::write_bytes(scratch, 0, 1);
+        zero_words(scratch);
         (*scratch).tls.session_ns = now_ns();
         (*scratch).tls.library = library;
         (*scratch).tls.flags = flags;
@@ -259,18 +259,16 @@ pub fn call_enter(
             (*tls).hs_start_ns = now;
             (*tls).flags |= TLS_HS_STARTED;
         }
-        let call = TlsCall {
-            ssl,
-            entry_ns: now,
-            ret_ns: 0,
-            count_ptr,
-            op: operation,
-            library,
-            bound: u8::from((*session).sk != 0),
-            _pad: [0; 5],
-            buf,
-        };
-        let _ = TLS_CALLS.insert(&call_key, &call, 0);
+        let mut slot = core::mem::MaybeUninit::<TlsCall>::uninit();
+        let call = zeroed_in(&mut slot);
+        call.ssl = ssl;
+        call.entry_ns = now;
+        call.count_ptr = count_ptr;
+        call.op = operation;
+        call.library = library;
+        call.bound = u8::from((*session).sk != 0);
+        call.buf = buf;
+        let _ = TLS_CALLS.insert(&call_key, call, 0);
     }
     Some(session)
 }

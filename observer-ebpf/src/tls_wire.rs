@@ -37,6 +37,7 @@ use observer_common::{
 };
 
 use crate::{
+    ctx::zeroed_in,
     events::emit_tls_name_from_skb,
     maps::{count, TLS_CONNS},
 };
@@ -73,16 +74,15 @@ pub fn starts(ctx: &SkBuffContext, sk: u64, payload: usize, egress: bool, now: u
     if kind != HANDSHAKE || major != 3 || msg != CLIENT_HELLO {
         return false;
     }
-    let t = TlsConn {
-        hs_start_ns: now,
-        library: library::WIRE,
-        flags: TLS_HS_STARTED,
-        wire_stage: wire::HELLO,
-        wire_hello_out: u8::from(egress),
-        ..TlsConn::default()
-    };
+    let mut slot = core::mem::MaybeUninit::<TlsConn>::uninit();
+    let t = zeroed_in(&mut slot);
+    t.hs_start_ns = now;
+    t.library = library::WIRE;
+    t.flags = TLS_HS_STARTED;
+    t.wire_stage = wire::HELLO;
+    t.wire_hello_out = u8::from(egress);
     // BPF_NOEXIST: a library's entry (its probes saw the handshake) stays.
-    if TLS_CONNS.insert(&sk, &t, 1).is_err() {
+    if TLS_CONNS.insert(&sk, t, 1).is_err() {
         return false;
     }
     count(Counter::TlsWire);
