@@ -6,8 +6,8 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        generated as gen,
     },
     macros::{map, uprobe, uretprobe},
     maps::{LruHashMap, PerCpuArray},
@@ -22,7 +22,7 @@ use observer_common::{
 };
 
 use crate::{
-    ctx::now_ns,
+    ctx::{copy_words, current_comm_into, now_ns, zero_words},
     events::{reserve, submit_flags},
     maps::own_tgid,
 };
@@ -161,11 +161,13 @@ unsafe fn put_addr(ev: *mut DnsEvent, i: usize, family: u16, at: u64) -> bool {
     if at == 0 {
         return false;
     }
+    // Read straight into the zeroed slot (an array built on the stack and
+    // assigned is a byte-loop memmove); left zero when the read fails.
+    let slot = core::ptr::addr_of_mut!((*ev).addrs[i]).cast::<core::ffi::c_void>();
     if family == AF_INET {
-        let a: [u8; 4] = bpf_probe_read_user(at as *const [u8; 4]).unwrap_or([0; 4]);
-        (*ev).addrs[i] = [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        gen::bpf_probe_read_user(slot, 4, at as *const core::ffi::c_void);
     } else if family == AF_INET6 {
-        (*ev).addrs[i] = bpf_probe_read_user(at as *const [u8; 16]).unwrap_or([0; 16]);
+        gen::bpf_probe_read_user(slot, 16, at as *const core::ffi::c_void);
     } else {
         return false;
     }
@@ -217,10 +219,10 @@ fn exit(ctx: &RetProbeContext, func: u32) -> Option<()> {
         (*ev).ret = ret;
         (*ev).family = (*call).family;
         (*ev).func = func;
-        (*ev).comm = bpf_get_current_comm().unwrap_or_default();
-        (*ev).name = (*call).name;
-        (*ev).families = [0; DNS_ADDRS];
-        (*ev).addrs = [[0; 16]; DNS_ADDRS];
+        current_comm_into(&mut (*ev).comm);
+        copy_words(&raw mut (*ev).name, &raw const (*call).name);
+        zero_words(&raw mut (*ev).families);
+        zero_words(&raw mut (*ev).addrs);
         let mut n = 0u32;
         if ret == 0 && func == FUNC_GETADDRINFO && (*call).res_ptr != 0 {
             let mut ai: u64 = bpf_probe_read_user((*call).res_ptr as *const u64).unwrap_or(0);

@@ -50,7 +50,7 @@ use observer_common::{
 };
 
 use crate::{
-    ctx::now_ns,
+    ctx::{now_ns, zeroed_in},
     events::emit_tls_plaintext,
     fds::socket_of,
     maps::{count, CONNS, RUSTLS_THREADS, TLS_CONNS, TLS_PROCS, TLS_SESSIONS},
@@ -91,7 +91,8 @@ fn thread() -> Option<&'static mut RustlsThread> {
         // SAFETY: a live map value, valid for this program run.
         return Some(unsafe { &mut *t });
     }
-    let _ = RUSTLS_THREADS.insert(&pid_tgid, &RustlsThread::default(), 0);
+    let mut slot = core::mem::MaybeUninit::<RustlsThread>::uninit();
+    let _ = RUSTLS_THREADS.insert(&pid_tgid, zeroed_in(&mut slot), 0);
     // SAFETY: as above.
     RUSTLS_THREADS
         .get_ptr_mut(&pid_tgid)
