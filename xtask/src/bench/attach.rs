@@ -99,6 +99,26 @@ pub fn dropped_by_stage(summary: &Value) -> Vec<(&'static str, u64)> {
         .collect()
 }
 
+/// Which programs the kernel skipped (`kernel_missed`: another tracing
+/// program was running on the CPU), " (inet_sock_set_state 1)"; empty when
+/// none did.
+pub fn missed_by_program(summary: &Value) -> String {
+    let missed: Vec<String> = summary["programs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let n = p["recursion_misses"].as_u64().filter(|&n| n > 0)?;
+            Some(format!("{} {n}", p["program"].as_str().unwrap_or("?")))
+        })
+        .collect();
+    if missed.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", missed.join(", "))
+    }
+}
+
 /// The libssl that nginx and wrk map, for the peer's uprobes.
 pub fn libssl() -> Result<String> {
     for p in [
@@ -237,5 +257,30 @@ impl Drop for Attached {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_missed_run_names_its_program() {
+        let s = json!({
+            "dropped": {"kernel_missed": 3},
+            "programs": [
+                {"program": "inet_sock_set_state", "recursion_misses": 2},
+                {"program": "packets_egress", "recursion_misses": 0},
+                {"program": "tcp_send_reset", "recursion_misses": 1},
+            ],
+        });
+        assert_eq!(dropped_by_stage(&s), vec![("kernel_missed", 3)]);
+        assert_eq!(
+            missed_by_program(&s),
+            " (inet_sock_set_state 2, tcp_send_reset 1)"
+        );
+        assert_eq!(missed_by_program(&json!({"programs": []})), "");
+        assert_eq!(missed_by_program(&json!({})), "");
     }
 }

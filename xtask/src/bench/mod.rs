@@ -231,10 +231,12 @@ fn measure(root: &Path, server: Server, w: &Workload, mode: Mode, secs: u64) -> 
         (s["events"].as_u64().unwrap_or(0), attach::total_dropped(s))
     });
     let dropped_where = summary.as_ref().map_or_else(String::new, |s| {
-        attach::dropped_by_stage(s)
+        let mut w: String = attach::dropped_by_stage(s)
             .iter()
             .map(|(k, n)| format!(" {k} {n}"))
-            .collect()
+            .collect();
+        w.push_str(&attach::missed_by_program(s));
+        w
     });
     let (connections, ebpf_ns) = summary.as_ref().map_or((0, 0), observer_costs);
     load::pause();
