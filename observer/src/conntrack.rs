@@ -17,7 +17,10 @@ use crate::{
     clock::Clock,
     decode::Event,
     dns::{DnsRecord, Lookups, WireLookups},
-    http::RequestRecord,
+    http::{
+        trace_context::{self, Pairs, Shared},
+        RequestRecord,
+    },
     keys::{NumMap, NumSet},
     process::ProcessCache,
     record::{comm_str, comm_str_n, ConnRecord, FirstRequest, Owner, State},
@@ -117,6 +120,8 @@ pub struct ConnTable {
     /// Closes that waited, and those whose exchange ended meanwhile.
     pub close_lingered: u64,
     pub close_linger_completed: u64,
+    /// The trace nonces both ends of a connection on this host share.
+    pairs: Pairs,
 }
 
 impl ConnTable {
@@ -142,6 +147,7 @@ impl ConnTable {
             conns_out: Vec::new(),
             close_lingered: 0,
             close_linger_completed: 0,
+            pairs: Pairs::default(),
         }
     }
 
@@ -208,22 +214,46 @@ impl ConnTable {
             .iter()
             .position(|c| c.conn.sk == sk && c.conn.start_ns == ev.conn.start_ns);
         let Some(i) = waiting else {
+            if !self.http.contains_key(&sk) {
+                let shared = self.join_pair(&ev.conn);
+                self.http.entry(sk).or_default().shared = Some(shared);
+            }
             let talk = self.http.entry(sk).or_default();
             let live = self.live.get(&sk);
             let out = (&mut self.lookups, &mut self.requests_out);
-            feed(talk, live, ev, &self.clock, self.keep_query, out);
+            let places = (&mut self.pairs, self.keep_query);
+            feed(talk, live, ev, &self.clock, places, out);
             return;
         };
         let c = &mut self.closing[i];
         let talk = c.talk.get_or_insert_with(Default::default);
         let out = (&mut self.lookups, &mut self.requests_out);
-        feed(talk, c.live.as_ref(), ev, &self.clock, self.keep_query, out);
+        let places = (&mut self.pairs, self.keep_query);
+        feed(talk, c.live.as_ref(), ev, &self.clock, places, out);
         if !talk.in_flight() {
             self.close_linger_completed += 1;
             let c = self.closing.swap_remove(i);
             let r = self.close_with(c.conn, c.tls, c.live, c.talk);
             self.conns_out.push(r);
         }
+    }
+
+    /// The trace nonce of the connection whose end `conn` is: shared with
+    /// its other end when that end is on this host and its conversation
+    /// is live.
+    fn join_pair(&mut self, conn: &Conn) -> Shared {
+        let (_, local) = crate::record::addr(conn.family, &conn.saddr);
+        let (_, remote) = crate::record::addr(conn.family, &conn.daddr);
+        let http = &self.http;
+        self.pairs.join(
+            conn.sk,
+            (local, conn.sport),
+            (remote, conn.dport),
+            |sk, nonce| {
+                http.get(&sk)
+                    .is_some_and(|t| t.shared.is_some_and(|s| s.nonce() == nonce))
+            },
+        )
     }
 
     /// Re-samples the wall clock offset (NTP may step or slew it), drops
@@ -407,7 +437,9 @@ impl ConnTable {
         // Requests the close ends are made once the record has its
         // TLS and lookup: the first one's trace shows those phases.
         let mut ended = Vec::new();
+        let mut shared = None;
         if let Some(mut c) = talk {
+            shared = c.shared;
             set_direction(&mut r, c.owner_is_client);
             self.http_orphans_closed += c.orphans;
             if let Some(h2) = &c.h2 {
@@ -444,10 +476,12 @@ impl ConnTable {
         }
         join_dns(&mut self.lookups, &mut r);
         for (x, cut) in ended {
-            let q = RequestRecord::new(x, cut, &r, &self.clock, self.keep_query);
+            let mut q = RequestRecord::new(x, cut, &r, &self.clock, self.keep_query);
+            place_in_trace(&mut q, shared, r.first_request, &mut self.pairs);
             if q.connection.is_some() {
                 r.first_request = Some(FirstRequest {
                     waited: q.ttfb_ns.is_some(),
+                    trace: q.trace.ids(),
                 });
             }
             self.requests_out.push(Box::new(q));
@@ -500,7 +534,23 @@ impl ConnTable {
             self.http.remove(&sk);
         }
         self.forget_ownerless(kernel);
+        self.forget_pairs();
         out
+    }
+
+    /// Forgets the trace nonces of connections none of whose ends still
+    /// has a conversation here (open or waiting for its last bytes).
+    fn forget_pairs(&mut self) {
+        let (http, closing) = (&self.http, &self.closing);
+        let holds = |t: &crate::http::Conversation, nonce: u64| {
+            t.shared.is_some_and(|s| s.nonce() == nonce)
+        };
+        self.pairs.retain(|sk, nonce| {
+            http.get(&sk).is_some_and(|t| holds(t, nonce))
+                || closing
+                    .iter()
+                    .any(|c| c.conn.sk == sk && c.talk.as_ref().is_some_and(|t| holds(t, nonce)))
+        });
     }
 
     /// Drops what is held for sockets whose owner the table never learnt
@@ -569,7 +619,7 @@ fn feed(
     live: Option<&Live>,
     ev: &observer_common::http::PlaintextEvent,
     clock: &Clock,
-    keep_query: bool,
+    (pairs, keep_query): (&mut Pairs, bool),
     out: (&mut Lookups, &mut Vec<Box<RequestRecord>>),
 ) {
     let outbound = ev.conn.direction != observer_common::DIR_INBOUND;
@@ -611,10 +661,12 @@ fn feed(
     let mut first = None;
     for x in done {
         let is_first = x.index == Some(1);
-        let r = Box::new(RequestRecord::bare(x, None, &conn, clock, keep_query));
+        let mut r = Box::new(RequestRecord::bare(x, None, &conn, clock, keep_query));
+        place_in_trace(&mut r, talk.shared, talk.first_request, pairs);
         if is_first {
             talk.first_request = Some(FirstRequest {
                 waited: r.ttfb_ns.is_some(),
+                trace: r.trace.ids(),
             });
             first = Some(out.1.len());
         }
@@ -623,6 +675,33 @@ fn feed(
     if let Some(at) = first {
         out.1[at].connection = Some(conn);
     }
+}
+
+/// Gives request `r` its trace ids (see `http::trace_context`): derived
+/// from the nonce its connection's ends share (`shared`) and its place on
+/// the connection (HTTP/2: the stream; HTTP/1.x: the index), fresh when
+/// either is unknown; `first`: the connection's first request, which a
+/// later one links to.
+fn place_in_trace(
+    r: &mut RequestRecord,
+    shared: Option<Shared>,
+    first: Option<FirstRequest>,
+    pairs: &mut Pairs,
+) {
+    use crate::record::Direction;
+    let incoming = r.trace.incoming;
+    let client = r.direction == Direction::Outbound;
+    let ids = match (shared, r.stream_id.or(r.request_index)) {
+        (Some(shared), Some(place)) => {
+            let local = (r.local_addr, r.local_port);
+            let remote = (r.remote_addr, r.remote_port);
+            let both_here = !client && pairs.both_here(shared, local, remote);
+            shared.request(place, client, both_here, incoming.as_ref())
+        }
+        _ => trace_context::unplaced(pairs, incoming.as_ref()),
+    };
+    r.trace.set(ids);
+    r.trace.first_request = first.and_then(|f| f.trace);
 }
 
 /// A connection first seen mid-way has the direction its requests showed

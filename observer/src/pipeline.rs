@@ -463,6 +463,7 @@ pub(crate) async fn start_export(
         let sampling = Sampling {
             ratio: s.sample_ratio,
             slow: s.slow_threshold,
+            parent_based: s.parent_based,
         };
         let origin = Origin {
             host,

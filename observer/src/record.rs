@@ -133,6 +133,8 @@ pub struct ConnRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FirstRequest {
     pub waited: bool,
+    /// Its trace and root span (see `RequestRecord::trace`).
+    pub trace: Option<([u8; 16], [u8; 8])>,
 }
 
 /// The kernel's thread name: bytes up to the first NUL.
@@ -235,7 +237,7 @@ impl std::fmt::Display for Host<'_> {
 
 /// Formats a tracepoint address; v4-mapped IPv6 addresses are reported as the
 /// IPv4 address they carry, since that is what went on the wire.
-fn addr(family: u16, bytes: &[u8; 16]) -> (Family, IpAddr) {
+pub(crate) fn addr(family: u16, bytes: &[u8; 16]) -> (Family, IpAddr) {
     if family == AF_INET6 {
         let v6 = Ipv6Addr::from(*bytes);
         match v6.to_ipv4_mapped() {

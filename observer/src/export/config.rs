@@ -106,6 +106,8 @@ pub struct RunSettings {
     pub prometheus_listen: Option<SocketAddr>,
     pub otlp: OtlpConfig,
     pub sample_ratio: f64,
+    /// A `parentbased_` sampler: a request's `traceparent` decides.
+    pub parent_based: bool,
     pub slow_threshold: Duration,
     pub service_name: Option<String>,
     pub max_series: usize,
@@ -156,15 +158,24 @@ fn ratio(key: &str, v: f64) -> Result<f64, BadSetting> {
 
 /// `OTEL_TRACES_SAMPLER` (and `OTEL_TRACES_SAMPLER_ARG`) as the
 /// OpenTelemetry SDKs read them, as the share of ordinary records exported.
-/// A `parentbased_` sampler follows its root's rule: our spans begin their
-/// traces. Failed and slow records stay kept whatever the sampler (they are
-/// what the observer is for); metrics are never sampled.
-fn env_sampler(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<f64>, BadSetting> {
+/// A `parentbased_` sampler (`true` beside the ratio) follows the sampled
+/// flag of a request's `traceparent` and the ratio for the rest. Failed and
+/// slow records stay kept whatever the sampler (they are what the observer
+/// is for); metrics are never sampled.
+fn env_sampler(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<(f64, bool)>, BadSetting> {
     let Some(name) = env("OTEL_TRACES_SAMPLER") else {
         return Ok(None);
     };
     let name = name.trim().to_ascii_lowercase();
-    match name.strip_prefix("parentbased_").unwrap_or(&name) {
+    let parent_based = name.starts_with("parentbased_");
+    let ratio = root_ratio(&name, env)?;
+    Ok(ratio.map(|r| (r, parent_based)))
+}
+
+/// The ratio of a sampler named `name` (lowercase) for records without a
+/// sampled parent.
+fn root_ratio(name: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<f64>, BadSetting> {
+    match name.strip_prefix("parentbased_").unwrap_or(name) {
         "always_on" => Ok(Some(1.0)),
         "always_off" => Ok(Some(0.0)),
         // Without an argument the SDKs take 1.0.
@@ -184,7 +195,7 @@ fn env_sampler(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<f64>, BadS
         },
         _ => Err(BadSetting {
             key: "OTEL_TRACES_SAMPLER".into(),
-            value: name.clone(),
+            value: name.to_owned(),
             why: "expected always_on, always_off, traceidratio, or one of them after parentbased_"
                 .into(),
         }),
@@ -213,12 +224,14 @@ pub fn resolve(
         })
     };
     let otlp = OtlpConfig::from_vars(&merged)?;
-    let sample_ratio = match (flags.sample_ratio, env_sampler(env)?, file.sample_ratio) {
+    let sampler = env_sampler(env)?;
+    let sample_ratio = match (flags.sample_ratio, sampler, file.sample_ratio) {
         (Some(v), _, _) => ratio("--sample-ratio", v)?,
-        (None, Some(v), _) => v,
+        (None, Some((v, _)), _) => v,
         (None, None, Some(v)) => ratio("sample_ratio", v)?,
         (None, None, None) => 1.0,
     };
+    let parent_based = flags.sample_ratio.is_none() && sampler.is_some_and(|(_, p)| p);
     let slow_threshold = match (flags.slow_threshold, file.slow_threshold_seconds) {
         (Some(d), _) => d,
         (None, Some(s)) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s),
@@ -253,6 +266,7 @@ pub fn resolve(
         prometheus_listen,
         otlp,
         sample_ratio,
+        parent_based,
         slow_threshold,
         service_name: flags
             .service_name
@@ -299,6 +313,14 @@ mod tests {
             ("OTEL_TRACES_SAMPLER_ARG", "0.01"),
         ];
         assert_eq!(ratio_of(&ratio, &none).ok(), Some(0.01));
+        let parent_based = |vars: &[(&str, &str)], flags: &Flags| {
+            resolve(&file, &env(vars), flags)
+                .map(|s| s.parent_based)
+                .ok()
+        };
+        assert_eq!(parent_based(&ratio, &none), Some(true));
+        assert_eq!(parent_based(&sampler("traceidratio"), &none), Some(false));
+        assert_eq!(parent_based(&[], &none), Some(false));
         // No argument: the SDKs' default.
         assert_eq!(ratio_of(&sampler("TraceIdRatio"), &none).ok(), Some(1.0));
         // The flag wins; without the variable the file does.
@@ -307,6 +329,8 @@ mod tests {
             ..Flags::default()
         };
         assert_eq!(ratio_of(&ratio, &flag).ok(), Some(0.2));
+        // The flag's ratio is for every record: no parent decides.
+        assert_eq!(parent_based(&ratio, &flag), Some(false));
         assert_eq!(ratio_of(&[], &none).ok(), Some(0.5));
         // Bad values are named.
         let bad_arg = [

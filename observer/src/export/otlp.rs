@@ -434,6 +434,19 @@ pub struct Sampling {
     pub ratio: f64,
     /// Records at least this long are always exported.
     pub slow: Duration,
+    /// A record whose request carried a `traceparent` follows its sampled
+    /// flag (a `parentbased_` sampler) rather than the ratio.
+    pub parent_based: bool,
+}
+
+/// The draw key of a record placed in a trace: its trace id's low half (as
+/// the SDKs' TraceIdRatioBased reads it), so that every record of one trace
+/// (a local call's client and server, a connection and its first request)
+/// is kept or left out together.
+fn trace_draw_key(trace_id: &[u8; 16]) -> u64 {
+    let mut low = [0; 8];
+    low.copy_from_slice(&trace_id[8..]);
+    u64::from_be_bytes(low)
 }
 
 /// What sampling reads of a record.
@@ -441,9 +454,14 @@ pub trait Sampled {
     /// Failed records are always kept.
     fn failed(&self) -> bool;
     fn duration_ns(&self) -> u64;
-    /// A key whose draw the record shares with another (a connection's
-    /// record and its first request's), or `None` for a draw of its own.
+    /// A key whose draw the record shares with others (its trace's
+    /// records; a connection's record and its first request's), or `None`
+    /// for a draw of its own.
     fn shared_draw_key(&self) -> Option<u64>;
+    /// The sampled flag of the trace context the record's request carried.
+    fn parent_sampled(&self) -> Option<bool> {
+        None
+    }
 }
 
 impl Sampled for ConnRecord {
@@ -458,7 +476,13 @@ impl Sampled for ConnRecord {
         self.duration_ns.unwrap_or(0)
     }
     fn shared_draw_key(&self) -> Option<u64> {
-        self.first_request.is_some().then_some(self.conn_key)
+        match self.first_request? {
+            crate::record::FirstRequest {
+                trace: Some((t, _)),
+                ..
+            } => Some(trace_draw_key(&t)),
+            _ => Some(self.conn_key),
+        }
     }
 }
 
@@ -469,8 +493,14 @@ impl Sampled for crate::http::RequestRecord {
     fn duration_ns(&self) -> u64 {
         self.duration_ns
     }
+    fn parent_sampled(&self) -> Option<bool> {
+        self.trace.incoming.map(|t| t.sampled)
+    }
     fn shared_draw_key(&self) -> Option<u64> {
-        self.connection.is_some().then_some(self.conn_key)
+        match self.trace.trace_id {
+            Some(t) => Some(trace_draw_key(&t.0)),
+            None => self.connection.is_some().then_some(self.conn_key),
+        }
     }
 }
 
@@ -508,12 +538,22 @@ impl Sampled for Traced {
             Traced::Request(r) => r.shared_draw_key(),
         }
     }
+    fn parent_sampled(&self) -> Option<bool> {
+        match self {
+            Traced::Request(r) => r.parent_sampled(),
+            _ => None,
+        }
+    }
 }
 
 impl Sampling {
     pub fn keep(&self, r: &(impl Sampled + ?Sized), draw: u64) -> bool {
         let slow = r.duration_ns() >= self.slow.as_nanos() as u64;
-        r.failed() || slow || (draw as f64 / u64::MAX as f64) < self.ratio
+        let chosen = match r.parent_sampled() {
+            Some(sampled) if self.parent_based => sampled,
+            _ => (draw as f64 / u64::MAX as f64) < self.ratio,
+        };
+        r.failed() || slow || chosen
     }
 }
 
@@ -719,6 +759,7 @@ mod tests {
         let s = Sampling {
             ratio: 0.0,
             slow: Duration::from_millis(500),
+            parent_based: false,
         };
         assert!(
             !s.keep(&rec(1_000_000, false), 0),
@@ -732,9 +773,49 @@ mod tests {
         let half = Sampling {
             ratio: 0.5,
             slow: Duration::from_secs(10),
+            parent_based: false,
         };
         assert!(half.keep(&rec(1, false), u64::MAX / 4));
         assert!(!half.keep(&rec(1, false), u64::MAX / 4 * 3));
+    }
+
+    /// A `parentbased_` sampler follows the caller's sampled flag; without
+    /// one (or without a trace context) the ratio decides.
+    #[test]
+    fn a_parent_based_sampler_follows_the_callers_flag() {
+        let c = ConnRecord::new(
+            &Conn::default(),
+            None,
+            &Clock::with_offset(0),
+            State::Closed,
+        );
+        let mut r = crate::top::model::tests::request_of(&c);
+        let sampler = |parent_based| Sampling {
+            ratio: 0.5,
+            slow: Duration::from_secs(10),
+            parent_based,
+        };
+        let tp = |flags: &str| {
+            let v = format!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}");
+            crate::http::trace_context::TraceParent::parse(v.as_bytes())
+        };
+        let (low, high) = (0, u64::MAX);
+        r.trace.incoming = tp("01");
+        assert!(sampler(true).keep(&r, high), "sampled by the caller: kept");
+        assert!(
+            !sampler(false).keep(&r, high),
+            "the ratio, when not parent-based"
+        );
+        r.trace.incoming = tp("00");
+        assert!(
+            !sampler(true).keep(&r, low),
+            "not sampled by the caller: out"
+        );
+        r.error = Some("reset");
+        assert!(sampler(true).keep(&r, low), "failed: always in");
+        r.error = None;
+        r.trace.incoming = None;
+        assert!(sampler(true).keep(&r, low) && !sampler(true).keep(&r, high));
     }
 
     #[test]

@@ -239,6 +239,7 @@ mod tests {
         let sampling = Sampling {
             ratio,
             slow: Duration::from_secs(10),
+            parent_based: false,
         };
         let (q, rx) = trace_queue(sampling, true, Origin::default(), Arc::clone(&stats));
         (q, rx, stats)

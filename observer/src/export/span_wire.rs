@@ -105,6 +105,7 @@ pub struct Span {
     pub attributes: Vec<KeyValue>,
     pub links: Vec<Link>,
     pub status: Option<Status>,
+    pub trace_state: String,
 }
 
 /// A span's fixed fields, given when it begins.
@@ -146,6 +147,9 @@ pub trait SpanBody {
     /// A link with one attribute (all the links spans here carry).
     fn link(&mut self, trace_id: TraceId, span_id: SpanId, key: &'static str, value: &str);
     fn status(&mut self, code: StatusCode, message: &str);
+    /// The W3C `tracestate` the span carries on (written out of the
+    /// proto's field order, which decoders accept).
+    fn trace_state(&mut self, v: &str);
 
     fn str(&mut self, key: &'static str, v: &str) {
         self.attr(key, Attr::Str(v));
@@ -204,6 +208,10 @@ impl SpanBody for &mut Span {
             code,
             message: message.to_owned(),
         });
+    }
+
+    fn trace_state(&mut self, v: &str) {
+        v.clone_into(&mut self.trace_state);
     }
 }
 
@@ -313,6 +321,10 @@ impl SpanBody for SpanWriter<'_> {
         put_varint(buf, body as u64);
         put_bytes(buf, 2, message.as_bytes());
         put_varint_field(buf, 3, code as u64);
+    }
+
+    fn trace_state(&mut self, v: &str) {
+        put_bytes(&mut self.list.buf, 3, v.as_bytes());
     }
 }
 
@@ -642,6 +654,7 @@ mod tests {
                 code: st.code as i32,
                 message: st.message.clone(),
             }),
+            trace_state: s.trace_state.clone(),
             ..PSpan::default()
         }
     }

@@ -225,10 +225,16 @@ pub fn conn_spans(r: &ConnRecord, ids: &mut Ids, out: &mut impl SpanOut) {
         );
         // The first request's trace holds the connection's phases: this one
         // links there instead of repeating them.
-        if r.first_request.is_some() {
+        if let Some(f) = r.first_request {
+            let (trace, span) = f.trace.unwrap_or_else(|| {
+                (
+                    ids.connection_trace_id(r.conn_key),
+                    ids.connection_span_id(r.conn_key),
+                )
+            });
             b.link(
-                ids.connection_trace_id(r.conn_key),
-                ids.connection_span_id(r.conn_key),
+                trace,
+                span,
                 "observer.link",
                 "first request, with the connection's phases",
             );
@@ -486,13 +492,17 @@ pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl Span
     // A connection's first request is the trace of the connection's set-up
     // too; later requests on it link to that trace.
     let first = r.connection.as_deref();
-    let (trace_id, root_id) = match first {
-        Some(_) => (
+    // Placed by the correlator (the application's trace, or the one both
+    // ends of a local call share); else a trace of its own.
+    let (trace_id, root_id) = match (r.trace.ids(), first) {
+        (Some(placed), _) => placed,
+        (None, Some(_)) => (
             ids.connection_trace_id(r.conn_key),
             ids.connection_span_id(r.conn_key),
         ),
-        None => (ids.trace_id(), ids.span_id()),
+        (None, None) => (ids.trace_id(), ids.span_id()),
     };
+    let parent_span_id = r.trace.parent_span_id.map(|p| p.0);
     let (server, port) = r.server_end();
     let error = request_error(r);
     // The first request's span starts with its connection's first phase.
@@ -508,12 +518,15 @@ pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl Span
         let mut b = out.span(Head {
             trace_id,
             span_id: root_id,
-            parent_span_id: None,
+            parent_span_id,
             name: format_args!("{name}"),
             kind: span_kind(r.direction),
             start_time_unix_nano: start,
             end_time_unix_nano: end,
         });
+        if let Some(ts) = &r.trace.trace_state {
+            b.trace_state(ts);
+        }
         b.str("http.request.method", r.method.as_deref().unwrap_or("HTTP"));
         b.attr("server.address", Attr::Host(server));
         b.int("server.port", i64::from(port));
@@ -559,12 +572,13 @@ pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl Span
             b.str("error.type", e);
         }
         if matches!(r.request_index, Some(n) if n > 1) {
-            b.link(
-                ids.connection_trace_id(r.conn_key),
-                ids.connection_span_id(r.conn_key),
-                "observer.link",
-                "connection's first request",
-            );
+            let (trace, span) = r.trace.first_request.unwrap_or_else(|| {
+                (
+                    ids.connection_trace_id(r.conn_key),
+                    ids.connection_span_id(r.conn_key),
+                )
+            });
+            b.link(trace, span, "observer.link", "connection's first request");
         }
         if let Some(e) = &error {
             b.status(StatusCode::Error, e);
@@ -801,7 +815,10 @@ mod tests {
             ids.connection_trace_id(r.conn_key),
             ids.connection_span_id(r.conn_key),
         );
-        r.first_request = Some(crate::record::FirstRequest { waited: true });
+        r.first_request = Some(crate::record::FirstRequest {
+            waited: true,
+            trace: None,
+        });
         let s = spans(&r, ids);
         assert_eq!(s.len(), 1, "the root alone: {s:#?}");
         assert_eq!(s[0].links.len(), 1);
@@ -809,7 +826,10 @@ mod tests {
         assert_ne!(s[0].trace_id, first.0);
         // The request had no first byte of its own (an answer that was not
         // HTTP): the connection keeps its wait.
-        r.first_request = Some(crate::record::FirstRequest { waited: false });
+        r.first_request = Some(crate::record::FirstRequest {
+            waited: false,
+            trace: None,
+        });
         let s = spans(&r, ids);
         let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["tcp 10.0.0.1:80", "wait first byte"]);

@@ -145,6 +145,9 @@ pub struct Conversation {
     pub owner_is_client: Option<bool>,
     /// The first request's record was made: what its trace shows.
     pub first_request: Option<crate::record::FirstRequest>,
+    /// The trace nonce this end shares with the other (see
+    /// `trace_context::Pairs`).
+    pub shared: Option<super::trace_context::Shared>,
     /// A request's first bytes read alone (a few bytes at most), and when:
     /// the read that follows carries the rest of its head.
     begun: Option<(Vec<u8>, u64)>,

@@ -28,6 +28,7 @@ use super::{
     grpc::{self, Piece, Rpc},
     head::Head,
     hpack_partial,
+    trace_context::{tracestate, TraceParent},
 };
 
 /// The client's connection preface.
@@ -795,6 +796,8 @@ fn request_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
             .or_else(|| field(fields, b"host"))
             .and_then(text),
         content_type: field(fields, b"content-type").and_then(text),
+        traceparent: field(fields, b"traceparent").and_then(TraceParent::parse),
+        tracestate: field(fields, b"tracestate").and_then(tracestate),
         ..Head::empty(None)
     }
 }

@@ -19,6 +19,10 @@ pub struct Head {
     pub query: Option<String>,
     pub host: Option<String>,
     pub content_type: Option<String>,
+    /// The caller's trace context (W3C `traceparent`), when valid.
+    pub traceparent: Option<super::trace_context::TraceParent>,
+    /// Its `tracestate`, as sent.
+    pub tracestate: Option<String>,
     pub framing: Framing,
     /// Bytes of the head, blank line included (None: its end was not seen).
     pub len: Option<usize>,
@@ -134,6 +138,8 @@ impl Head {
             query: None,
             host: None,
             content_type: None,
+            traceparent: None,
+            tracestate: None,
             framing: Framing::Close,
             len,
         }
@@ -151,7 +157,7 @@ fn fields(mut headers: &[u8], len: Option<usize>) -> Head {
             }
             None => std::mem::take(&mut headers),
         };
-        // Only four names are read, and no other starts as they do: most
+        // Only six names are read, and no other starts as they do: most
         // lines (Server, Date, ETag, ...) are passed over at their first byte.
         let first = line.trim_ascii_start().first();
         if !matches!(first.map(|b| b | 0x20), Some(b'h' | b'c' | b't')) {
@@ -169,6 +175,10 @@ fn fields(mut headers: &[u8], len: Option<usize>) -> Head {
         } else if k.eq_ignore_ascii_case(b"content-type") {
             let media = v.split(|&c| c == b';').next().unwrap_or(v);
             h.content_type = Some(text(media.trim_ascii()));
+        } else if k.eq_ignore_ascii_case(b"traceparent") {
+            h.traceparent = super::trace_context::TraceParent::parse(v);
+        } else if k.eq_ignore_ascii_case(b"tracestate") {
+            h.tracestate = super::trace_context::tracestate(v);
         } else if k.eq_ignore_ascii_case(b"content-length") && h.framing != Framing::Chunked {
             if let Some(n) = std::str::from_utf8(v).ok().and_then(|v| v.parse().ok()) {
                 h.framing = Framing::Length(n);
@@ -195,6 +205,15 @@ mod tests {
         assert_eq!(h.host.as_deref(), Some("api:8443"));
         assert_eq!(h.framing, Framing::Length(42));
         assert_eq!(h.len, Some(110));
+        let t = request(b"GET / HTTP/1.1\r\nHost: x\r\nTraceParent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\ntracestate:  vendor=v1,other=x \r\n\r\n").expect("present");
+        let tp = t.traceparent.expect("a valid traceparent");
+        assert_eq!(
+            tp.parent_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
+        assert_eq!(t.tracestate.as_deref(), Some("vendor=v1,other=x"));
+        let bad = request(b"GET / HTTP/1.1\r\ntraceparent: 00-zz-00f067aa0ba902b7-01\r\n\r\n");
+        assert_eq!(bad.expect("present").traceparent, None);
         let g = request(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").expect("present");
         assert_eq!(g.framing, Framing::Length(0));
         assert!(request(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").is_none());

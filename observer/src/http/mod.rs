@@ -18,10 +18,11 @@ mod json;
 mod record;
 pub mod route;
 mod scan;
+pub mod trace_context;
 
 pub use conversation::Conversation;
 pub use h2::H2Counts;
-pub use record::{GapStats, GenAi, RequestRecord, RpcRecord, StreamStats};
+pub use record::{GapStats, GenAi, RequestRecord, RpcRecord, StreamStats, Trace};
 
 /// Payload bytes of an HTTP/2 DATA frame kept for the event and API
 /// scanners: a call copies no more.

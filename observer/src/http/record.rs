@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::{
     conversation::{Cut, Exchange},
     gen_ai::Call,
+    trace_context::{Hex, SpanId, SpanIds, TraceId, TraceParent},
 };
 use crate::{
     clock::Clock,
@@ -143,6 +144,10 @@ pub struct RequestRecord {
     /// "reset_stream" (RST_STREAM) and "goaway" (the peer's GOAWAY left the
     /// stream unprocessed, or came before it was sent).
     pub error: Option<&'static str>,
+    /// The request's place in a trace: `trace_id`, `span_id`,
+    /// `parent_span_id` and `trace_state` (see [`Trace`]).
+    #[serde(flatten)]
+    pub trace: Trace,
     /// The connection's identity (see [`ConnRecord::conn_key`]): its first
     /// request's trace is the one later requests link to.
     #[serde(skip)]
@@ -151,6 +156,42 @@ pub struct RequestRecord {
     /// phases (lookup, connect, TLS handshake) that request's trace shows.
     #[serde(skip)]
     pub connection: Option<Box<ConnRecord>>,
+}
+
+/// A request's place in a trace: the application's when the request
+/// carried a `traceparent` (our span is then the child of the caller's);
+/// a server's record of a request whose client is on this host and seen
+/// is the child of the client's record.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Trace {
+    /// 32 lowercase hex digits (null: the record was not placed).
+    pub trace_id: Option<Hex<16>>,
+    pub span_id: Option<Hex<8>>,
+    /// The span this one is a child of (null: a trace's root).
+    pub parent_span_id: Option<Hex<8>>,
+    /// The request's `tracestate`, passed on into the span.
+    pub trace_state: Option<String>,
+    /// The request's valid `traceparent`, as read.
+    #[serde(skip)]
+    pub incoming: Option<TraceParent>,
+    /// The trace and root span of the connection's first request, which a
+    /// later request links to.
+    #[serde(skip)]
+    pub first_request: Option<(TraceId, SpanId)>,
+}
+
+impl Trace {
+    /// The ids given, with what the request carried.
+    pub fn set(&mut self, ids: SpanIds) {
+        self.trace_id = Some(Hex(ids.trace_id));
+        self.span_id = Some(Hex(ids.span_id));
+        self.parent_span_id = ids.parent_span_id.map(Hex);
+    }
+
+    /// The trace id and span id, when placed.
+    pub fn ids(&self) -> Option<(TraceId, SpanId)> {
+        Some((self.trace_id?.0, self.span_id?.0))
+    }
 }
 
 fn after(start: u64, t: u64) -> Option<u64> {
@@ -262,9 +303,17 @@ impl RequestRecord {
             || resp
                 .as_ref()
                 .is_some_and(|h| h.framing == super::head::Framing::Chunked);
-        let (method, host) = match req {
-            Some(h) => (h.method, h.host),
-            None => (None, None),
+        let (method, host, trace) = match req {
+            Some(h) => (
+                h.method,
+                h.host,
+                Trace {
+                    trace_state: h.tracestate,
+                    incoming: h.traceparent,
+                    ..Trace::default()
+                },
+            ),
+            None => (None, None, Trace::default()),
         };
         let (status, content_type) = match resp {
             Some(h) => (h.status, h.content_type),
@@ -309,6 +358,7 @@ impl RequestRecord {
             gpu: None,
             diagnosis: None,
             error,
+            trace,
             conn_key: conn.conn_key,
             connection: None,
         }

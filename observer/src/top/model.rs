@@ -490,6 +490,7 @@ pub(crate) mod tests {
             gpu: None,
             diagnosis: None,
             error: None,
+            trace: Default::default(),
             conn_key: 0,
             connection: None,
         }
