@@ -18,7 +18,7 @@ use crate::{
     decode::Event,
     dns::{DnsRecord, Lookups, WireLookups},
     http::{
-        trace_context::{self, Pairs, Shared},
+        trace_context::{self, End, Pairs, Shared},
         RequestRecord,
     },
     keys::{NumMap, NumSet},
@@ -122,6 +122,9 @@ pub struct ConnTable {
     pub close_linger_completed: u64,
     /// The trace nonces both ends of a connection on this host share.
     pairs: Pairs,
+    /// Server ends with a request in flight: what a process's outbound
+    /// requests may be legs of (see `http::proxy`).
+    serving: NumSet<u64>,
 }
 
 impl ConnTable {
@@ -148,6 +151,7 @@ impl ConnTable {
             close_lingered: 0,
             close_linger_completed: 0,
             pairs: Pairs::default(),
+            serving: NumSet::default(),
         }
     }
 
@@ -215,14 +219,18 @@ impl ConnTable {
             .position(|c| c.conn.sk == sk && c.conn.start_ns == ev.conn.start_ns);
         let Some(i) = waiting else {
             if !self.http.contains_key(&sk) {
-                let shared = self.join_pair(&ev.conn);
-                self.http.entry(sk).or_default().shared = Some(shared);
+                let (shared, ends) = self.join_pair(&ev.conn);
+                let talk = self.http.entry(sk).or_default();
+                talk.shared = Some(shared);
+                talk.ends = Some(ends);
             }
             let talk = self.http.entry(sk).or_default();
             let live = self.live.get(&sk);
             let out = (&mut self.lookups, &mut self.requests_out);
             let places = (&mut self.pairs, self.keep_query);
+            let from = out.1.len();
             feed(talk, live, ev, &self.clock, places, out);
+            self.follow_legs(ev, from);
             return;
         };
         let c = &mut self.closing[i];
@@ -241,19 +249,16 @@ impl ConnTable {
     /// The trace nonce of the connection whose end `conn` is: shared with
     /// its other end when that end is on this host and its conversation
     /// is live.
-    fn join_pair(&mut self, conn: &Conn) -> Shared {
+    fn join_pair(&mut self, conn: &Conn) -> (Shared, (End, End)) {
         let (_, local) = crate::record::addr(conn.family, &conn.saddr);
         let (_, remote) = crate::record::addr(conn.family, &conn.daddr);
+        let ends = ((local, conn.sport), (remote, conn.dport));
         let http = &self.http;
-        self.pairs.join(
-            conn.sk,
-            (local, conn.sport),
-            (remote, conn.dport),
-            |sk, nonce| {
-                http.get(&sk)
-                    .is_some_and(|t| t.shared.is_some_and(|s| s.nonce() == nonce))
-            },
-        )
+        let shared = self.pairs.join(conn.sk, ends.0, ends.1, |sk, nonce| {
+            http.get(&sk)
+                .is_some_and(|t| t.shared.is_some_and(|s| s.nonce() == nonce))
+        });
+        (shared, ends)
     }
 
     /// Re-samples the wall clock offset (NTP may step or slew it), drops
@@ -752,6 +757,8 @@ fn snapshot(
     }
     r
 }
+
+mod legs;
 
 #[cfg(test)]
 mod tests {

@@ -139,6 +139,26 @@ pub fn h2_python(test: &str) -> Option<PathBuf> {
     python_with(test, "h2", &H2_PACKAGES, "import grpc, httpx, h2")
 }
 
+/// The OpenTelemetry Python SDK (its API beside it, pinned to the same
+/// release) and httpx with HTTP/2, as the tests install them from PyPI.
+pub const OTEL_SDK_PACKAGES: [&str; 3] = [
+    "opentelemetry-api==1.45.2",
+    "opentelemetry-sdk==1.45.2",
+    "httpx[http2]==0.28.1",
+];
+
+/// A python with [`OTEL_SDK_PACKAGES`] (an application that propagates W3C
+/// trace context, and the h2 package for a server of the tests' own), as
+/// [`openai_python`] makes its own.
+pub fn otel_sdk_python(test: &str) -> Option<PathBuf> {
+    python_with(
+        test,
+        "otel-sdk",
+        &OTEL_SDK_PACKAGES,
+        "import opentelemetry.sdk.trace, opentelemetry.propagate, httpx, h2",
+    )
+}
+
 /// kubernetes-validate (the Kubernetes JSON schemas, 1.25 to 1.37, bundled)
 /// and the libraries it validates with, as the tests install them from PyPI.
 pub const KUBERNETES_VALIDATE_PACKAGES: [&str; 4] = [

@@ -36,6 +36,8 @@ pub struct ServerSide {
     /// Its wait: the request's first byte to its answer's first byte (or
     /// first token).
     pub wait_ns: Option<u64>,
+    /// A proxy whose legs were seen: its own time outside them.
+    pub own_ns: Option<u64>,
     pub gpus: Vec<GpuBusy>,
 }
 
@@ -75,9 +77,25 @@ pub struct Call {
     pub retransmits: u32,
     pub error: Option<String>,
     pub server: Option<ServerSide>,
+    /// A proxy's inbound request whose legs were seen: its own time
+    /// outside them (`own_time_ns`).
+    pub own_ns: Option<u64>,
 }
 
 impl Call {
+    /// Through a proxy whose legs were seen (this call is its inbound
+    /// request, or its server on this host is one): the proxy's own time
+    /// and its upstream's.
+    pub fn proxy_split(&self) -> Option<(u64, u64)> {
+        if let Some(own) = self.own_ns {
+            return Some((own, self.duration_ns.saturating_sub(own)));
+        }
+        let s = self.server.as_ref()?;
+        let own = s.own_ns?;
+        let wait = s.wait_ns.or(self.first_token_ns.or(self.ttfb_ns))?;
+        Some((own.min(wait), wait.saturating_sub(own)))
+    }
+
     /// The phases before the record's own start (lookup, connect, TLS) plus
     /// its duration: what the caller waited in all.
     pub fn total_ns(&self) -> u64 {
@@ -168,6 +186,7 @@ impl Call {
             retransmits: u(&v["retransmits"]).map_or(0, |n| n.min(u64::from(u32::MAX)) as u32),
             error: text(&v["error"]),
             server: None,
+            own_ns: u(&v["own_time_ns"]),
         })
     }
 
@@ -248,6 +267,7 @@ impl Call {
         if let Some(e) = r.error {
             c.error = Some(e.to_owned());
         }
+        c.own_ns = r.own_time_ns;
         if r.gpu.is_some() {
             c.gpus = gpus_typed(r.gpu.as_ref());
         }

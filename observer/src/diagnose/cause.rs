@@ -27,11 +27,13 @@ pub enum Cause {
     Gpu,
     Network,
     Client,
+    /// Time in a proxy itself, apart from its upstream's.
+    Proxy,
     None,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 9] = [
+    pub const ALL: [Cause; 10] = [
         Cause::Dns,
         Cause::Connect,
         Cause::Tls,
@@ -40,6 +42,7 @@ impl Cause {
         Cause::Gpu,
         Cause::Network,
         Cause::Client,
+        Cause::Proxy,
         Cause::None,
     ];
 
@@ -53,6 +56,7 @@ impl Cause {
             Cause::Gpu => "gpu",
             Cause::Network => "network",
             Cause::Client => "client",
+            Cause::Proxy => "proxy",
             Cause::None => "none",
         }
     }
@@ -76,6 +80,10 @@ pub struct Figures {
     pub max_gap_ns: Option<u64>,
     /// The server on this host: its own wait before answering.
     pub server_ns: Option<u64>,
+    /// Through a proxy whose legs were seen: the proxy's own time, and its
+    /// upstream's.
+    pub proxy_ns: Option<u64>,
+    pub upstream_ns: Option<u64>,
     pub gpu_device: Option<String>,
     pub gpu_util_pct: Option<u32>,
     pub retransmits: u32,
@@ -139,7 +147,18 @@ fn judge(c: &Call, t: &Thresholds) -> (Cause, Option<GpuBusy>) {
     }
     let wait = c.first_token_ns.or(c.ttfb_ns);
     if let Some(w) = wait.filter(|&w| w > ns(t.ttfb_ms)) {
-        candidates.push((Cause::Server, w));
+        // Through a proxy: its own time apart from its upstream's.
+        match c.proxy_split() {
+            Some((own, upstream)) => {
+                if own > ns(t.ttfb_ms) {
+                    candidates.push((Cause::Proxy, own));
+                }
+                if upstream.min(w) > ns(t.ttfb_ms) {
+                    candidates.push((Cause::Server, upstream.min(w)));
+                }
+            }
+            None => candidates.push((Cause::Server, w)),
+        }
     }
     let after = after_first_token(c);
     if let Some(after) = after {
@@ -220,6 +239,8 @@ fn figures(c: &Call) -> Figures {
         tokens_per_s: tokens_per_s(c),
         max_gap_ns: c.max_gap_ns,
         server_ns: c.server.as_ref().and_then(|s| s.wait_ns),
+        proxy_ns: c.proxy_split().map(|p| p.0),
+        upstream_ns: c.proxy_split().map(|p| p.1),
         gpu_device: gpu.map(|g| g.device.clone()),
         gpu_util_pct: gpu.map(|g| g.utilization_pct),
         retransmits: c.retransmits,
@@ -232,10 +253,16 @@ fn plural(n: u32, one: &str, many: &str) -> String {
 }
 
 fn evidence(cause: Cause, c: &Call, f: &Figures, busy: Option<&GpuBusy>, t: &Thresholds) -> String {
-    let server_part = || {
-        f.server_ns
+    let server_part = || match (f.proxy_ns, f.upstream_ns) {
+        (Some(own), Some(up)) => format!(
+            " (upstream of the proxy {}, the proxy itself {})",
+            dur(up),
+            dur(own)
+        ),
+        _ => f
+            .server_ns
             .map(|s| format!(" (the server on this host took {})", dur(s)))
-            .unwrap_or_default()
+            .unwrap_or_default(),
     };
     match cause {
         Cause::Dns => {
@@ -293,6 +320,11 @@ fn evidence(cause: Cause, c: &Call, f: &Figures, busy: Option<&GpuBusy>, t: &Thr
             (None, None) => "server slow to answer".into(),
         },
         Cause::Stream => stream_sentence(c, f, t),
+        Cause::Proxy => format!(
+            "proxy slow: {} in the proxy itself, {} upstream",
+            dur(f.proxy_ns.unwrap_or(0)),
+            dur(f.upstream_ns.unwrap_or(0))
+        ),
         Cause::Gpu => {
             let g = busy.cloned().unwrap_or(GpuBusy {
                 device: "?".into(),

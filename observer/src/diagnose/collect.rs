@@ -232,6 +232,7 @@ fn fold_servers(calls: Vec<Call>) -> Vec<Call> {
                 pid: s.pid,
                 comm: s.comm.clone(),
                 wait_ns: s.first_token_ns.or(s.ttfb_ns),
+                own_ns: s.own_ns,
                 gpus: s.gpus.clone(),
             },
         ));

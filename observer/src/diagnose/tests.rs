@@ -124,6 +124,40 @@ fn a_late_first_byte_is_the_server_with_its_own_record_when_seen() {
     );
 }
 
+/// Through a proxy whose legs were seen: its own time is "proxy", its
+/// upstream's "server", whichever weighs more.
+#[test]
+fn a_proxys_own_time_is_told_apart_from_its_upstreams() {
+    let through = |own_ms: u64| {
+        let mut c = call(json!({"ttfb_ns": 3100 * MS, "duration_ns": 3110 * MS}));
+        c.server = Some(ServerSide {
+            wait_ns: Some(3000 * MS),
+            own_ns: Some(own_ms * MS),
+            ..ServerSide::default()
+        });
+        judge(&c)
+    };
+    assert_eq!(
+        through(2500),
+        (
+            Cause::Proxy,
+            "proxy slow: 2.50 s in the proxy itself, 500 ms upstream".into()
+        )
+    );
+    assert_eq!(
+        through(10),
+        (
+            Cause::Server,
+            "server slow to answer: first byte after 3.10 s (upstream of the proxy 2.99 s, the proxy itself 10 ms)"
+                .into()
+        )
+    );
+    // The proxy's own record of the request says the same.
+    let inbound =
+        call(json!({"ttfb_ns": 3000 * MS, "duration_ns": 3000 * MS, "own_time_ns": 2000 * MS}));
+    assert_eq!(judge(&inbound).0, Cause::Proxy);
+}
+
 #[test]
 fn a_slow_token_stream_gives_its_rate_and_first_token() {
     // 39 tokens over 1 s after the first: 38 tokens/s.

@@ -548,6 +548,14 @@ pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl Span
         if let Some(n) = r.request_index {
             b.int("observer.request_index", i64::from(n));
         }
+        // Proxy legs: which rule made this span the child of the request
+        // its process served; on that request, its own time outside them.
+        if let Some(rule) = r.link_rule {
+            b.str("observer.proxy.link_rule", rule);
+        }
+        if let Some(own) = r.own_time_ns {
+            b.int("observer.proxy.own_time_ns", own as i64);
+        }
         if let Some(id) = r.stream_id {
             b.int("observer.http2.stream_id", i64::from(id));
         }

@@ -148,6 +148,16 @@ pub struct Conversation {
     /// The trace nonce this end shares with the other (see
     /// `trace_context::Pairs`).
     pub shared: Option<super::trace_context::Shared>,
+    /// This end's address and port, and the other end's.
+    pub ends: Option<(super::trace_context::End, super::trace_context::End)>,
+    /// Requests of this (client) end linked as legs of a request its
+    /// process serves, by index, until their records are made.
+    pub links: Vec<(u32, super::proxy::Link)>,
+    /// The last request index a link was looked for (once a request).
+    pub link_tried: u32,
+    /// Legs of this (server) end's requests, by index, until their records
+    /// are made.
+    pub legs: Vec<(u32, super::proxy::UpstreamLeg)>,
     /// A request's first bytes read alone (a few bytes at most), and when:
     /// the read that follows carries the rest of its head.
     begun: Option<(Vec<u8>, u64)>,
@@ -233,6 +243,27 @@ impl Conversation {
             }
         }
         done
+    }
+
+    /// The HTTP/1.x request in flight whose head was seen, with its index
+    /// (None: none, or its index is unknown), as proxy linking reads it;
+    /// `tid`: the owner's thread, when known.
+    pub fn asked(&self, tid: Option<u32>) -> Option<(u32, super::proxy::Candidate<'_>)> {
+        let x = self.current.as_ref()?;
+        let h = x.request.as_ref()?;
+        let asked = super::proxy::Asked {
+            method: h.method.as_deref(),
+            path: h.path.as_deref(),
+            request_id: h.request_id.as_deref(),
+            traceparent: h.traceparent.as_ref(),
+            start_ns: x.start_ns,
+            tid,
+        };
+        let c = super::proxy::Candidate {
+            asked,
+            answered_ns: x.first_byte_ns,
+        };
+        Some((x.index?, c))
     }
 
     /// An exchange begun and not ended: bytes of it may still be on their

@@ -798,6 +798,9 @@ fn request_head(fields: &[(Vec<u8>, Vec<u8>)]) -> Head {
         content_type: field(fields, b"content-type").and_then(text),
         traceparent: field(fields, b"traceparent").and_then(TraceParent::parse),
         tracestate: field(fields, b"tracestate").and_then(tracestate),
+        request_id: field(fields, b"x-request-id")
+            .filter(|v| v.len() <= 128)
+            .and_then(text),
         ..Head::empty(None)
     }
 }

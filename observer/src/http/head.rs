@@ -23,6 +23,8 @@ pub struct Head {
     pub traceparent: Option<super::trace_context::TraceParent>,
     /// Its `tracestate`, as sent.
     pub tracestate: Option<String>,
+    /// `X-Request-Id` (at most 128 bytes), which proxy legs may be matched by.
+    pub request_id: Option<String>,
     pub framing: Framing,
     /// Bytes of the head, blank line included (None: its end was not seen).
     pub len: Option<usize>,
@@ -140,6 +142,7 @@ impl Head {
             content_type: None,
             traceparent: None,
             tracestate: None,
+            request_id: None,
             framing: Framing::Close,
             len,
         }
@@ -157,10 +160,10 @@ fn fields(mut headers: &[u8], len: Option<usize>) -> Head {
             }
             None => std::mem::take(&mut headers),
         };
-        // Only six names are read, and no other starts as they do: most
+        // Only seven names are read, and no other starts as they do: most
         // lines (Server, Date, ETag, ...) are passed over at their first byte.
         let first = line.trim_ascii_start().first();
-        if !matches!(first.map(|b| b | 0x20), Some(b'h' | b'c' | b't')) {
+        if !matches!(first.map(|b| b | 0x20), Some(b'h' | b'c' | b't' | b'x')) {
             continue;
         }
         let Some(colon) = memchr::memchr(b':', line) else {
@@ -177,6 +180,8 @@ fn fields(mut headers: &[u8], len: Option<usize>) -> Head {
             h.content_type = Some(text(media.trim_ascii()));
         } else if k.eq_ignore_ascii_case(b"traceparent") {
             h.traceparent = super::trace_context::TraceParent::parse(v);
+        } else if k.eq_ignore_ascii_case(b"x-request-id") {
+            h.request_id = (v.len() <= 128).then(|| text(v));
         } else if k.eq_ignore_ascii_case(b"tracestate") {
             h.tracestate = super::trace_context::tracestate(v);
         } else if k.eq_ignore_ascii_case(b"content-length") && h.framing != Framing::Chunked {

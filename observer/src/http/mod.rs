@@ -15,6 +15,7 @@ mod h2;
 mod head;
 mod hpack_partial;
 mod json;
+pub mod proxy;
 mod record;
 pub mod route;
 mod scan;

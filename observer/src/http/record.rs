@@ -144,6 +144,13 @@ pub struct RequestRecord {
     /// "reset_stream" (RST_STREAM) and "goaway" (the peer's GOAWAY left the
     /// stream unprocessed, or came before it was sent).
     pub error: Option<&'static str>,
+    /// A leg a proxy made for a request it served: which rule linked it
+    /// (`trace_context`, `thread`, `request_match`); null: not a leg.
+    pub link_rule: Option<&'static str>,
+    /// The legs linked to this (inbound) request; null: none.
+    pub upstream: Option<Vec<super::proxy::UpstreamLeg>>,
+    /// With legs: this request's time outside them (the proxy's own).
+    pub own_time_ns: Option<u64>,
     /// The request's place in a trace: `trace_id`, `span_id`,
     /// `parent_span_id` and `trace_state` (see [`Trace`]).
     #[serde(flatten)]
@@ -358,6 +365,9 @@ impl RequestRecord {
             gpu: None,
             diagnosis: None,
             error,
+            link_rule: None,
+            upstream: None,
+            own_time_ns: None,
             trace,
             conn_key: conn.conn_key,
             connection: None,

@@ -121,7 +121,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// One end of a connection: address and port.
-type End = (IpAddr, u16);
+pub type End = (IpAddr, u16);
 
 /// The ends of a connection in a fixed order, whichever end sees it.
 fn ordered(local: End, remote: End) -> ((End, End), usize) {
@@ -208,13 +208,22 @@ impl Pairs {
             .is_some_and(|p| p.nonce == shared.nonce && p.sockets.iter().all(Option::is_some))
     }
 
+    /// The socket of the other end of the connection `shared` names, when
+    /// it is on this host.
+    pub fn other(&self, shared: Shared, local: End, remote: End) -> Option<u64> {
+        let (key, me) = ordered(local, remote);
+        let p = self.by_ends.get(&key).filter(|p| p.nonce == shared.nonce)?;
+        p.sockets[1 - me]
+    }
+
     /// Forgets connections neither of whose ends is `live` any more.
     pub fn retain(&mut self, live: impl Fn(u64, u64) -> bool) {
         self.by_ends
             .retain(|_, p| p.sockets.iter().flatten().any(|&sk| live(sk, p.nonce)));
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.by_ends.len()
     }
 }
@@ -339,6 +348,8 @@ mod tests {
         let server = pairs.join(2, end(80), end(40000), |sk, _| sk == 1);
         assert_eq!(client, server);
         assert!(pairs.both_here(server, end(80), end(40000)));
+        assert_eq!(pairs.other(server, end(80), end(40000)), Some(1));
+        assert_eq!(pairs.other(client, end(40000), end(80)), Some(2));
         let tp = TraceParent::parse(TP);
         let c = client.request(1, true, true, tp.as_ref());
         let s = server.request(1, false, true, tp.as_ref());

@@ -1,0 +1,342 @@
+//! Proxy legs and local calls across the table's conversations: an
+//! outbound request linked to the inbound request its process serves
+//! (`http::proxy`), and the records of both put in one trace.
+
+use observer_common::{http::PlaintextEvent, DIR_INBOUND};
+
+use super::ConnTable;
+use crate::{
+    http::{
+        proxy::{self, Link, UpstreamLeg},
+        trace_context::{Hex, SpanIds, TraceParent},
+        RequestRecord,
+    },
+    record::Direction,
+};
+
+/// Links kept per client end after their record was made (a local
+/// server's record of the same request may come later and reads them).
+const LINKS_KEPT: usize = 8;
+/// Legs held per server end for requests whose record is not made yet.
+const LEGS_HELD: usize = 64;
+
+impl ConnTable {
+    /// After a call's bytes were fed to socket `ev.conn.sk`'s conversation:
+    /// a client's new request is linked to the request its process serves;
+    /// a server's request in flight becomes a candidate; records made
+    /// (from `from` in `requests_out`) take their links and legs.
+    pub(super) fn follow_legs(&mut self, ev: &PlaintextEvent, from: usize) {
+        let sk = ev.conn.sk;
+        let Some(talk) = self.http.get(&sk) else {
+            return;
+        };
+        let client = talk
+            .owner_is_client
+            .unwrap_or(ev.conn.direction != DIR_INBOUND);
+        if client {
+            self.link_new_request(sk);
+        } else if talk.asked(None).is_some() {
+            self.serving.insert(sk);
+        }
+        if from < self.requests_out.len() {
+            let mut made = std::mem::take(&mut self.requests_out);
+            for r in &mut made[from..] {
+                match r.direction {
+                    Direction::Outbound => self.apply_link(sk, r),
+                    Direction::Inbound => self.take_legs(sk, r),
+                }
+            }
+            self.requests_out = made;
+        }
+    }
+
+    /// The owner's process and thread of socket `sk`, when known.
+    fn owner_of(&self, sk: u64) -> Option<(u32, u32)> {
+        self.live.get(&sk).map(|l| (l.owner.pid, l.owner.tid))
+    }
+}
+
+/// The thread the thread rule may link by: one other than the process's
+/// main thread (an event loop such as nginx's serves every request on its
+/// one thread, which tells none apart).
+fn worker_thread((pid, tid): (u32, u32)) -> Option<u32> {
+    (tid != pid).then_some(tid)
+}
+
+impl ConnTable {
+    /// Links the client end `sk`'s request in flight (once) to the
+    /// inbound request of its process it serves, if one rule tells which.
+    fn link_new_request(&mut self, sk: u64) {
+        let Some((pid, tid)) = self.owner_of(sk) else {
+            return;
+        };
+        let Some(talk) = self.http.get(&sk) else {
+            return;
+        };
+        let Some((place, out)) = talk.asked(worker_thread((pid, tid))) else {
+            return;
+        };
+        if place <= talk.link_tried {
+            return;
+        }
+        let http = &self.http;
+        self.serving
+            .retain(|s| http.get(s).is_some_and(|t| t.asked(None).is_some()));
+        let mut found = Vec::new();
+        let mut candidates = Vec::new();
+        for &isk in &self.serving {
+            let owner = self.owner_of(isk);
+            if owner.is_some_and(|(p, _)| p != pid) || isk == sk {
+                continue;
+            }
+            let thread = owner.and_then(worker_thread);
+            let Some((iplace, c)) = http.get(&isk).and_then(|t| t.asked(thread)) else {
+                continue;
+            };
+            found.push((isk, iplace, c.asked.traceparent.copied()));
+            candidates.push(c);
+        }
+        let chosen = proxy::choose(&out.asked, &candidates);
+        let link = chosen.and_then(|(i, rule)| {
+            let (isk, iplace, incoming) = found[i];
+            let ids = self.server_ids(isk, iplace, incoming.as_ref())?;
+            Some(Link {
+                inbound_sk: isk,
+                inbound_place: iplace,
+                trace_id: ids.trace_id,
+                parent_span_id: ids.span_id,
+                rule,
+            })
+        });
+        if let Some(talk) = self.http.get_mut(&sk) {
+            talk.link_tried = place;
+            if let Some(l) = link {
+                talk.links.push((place, l));
+                if talk.links.len() > LINKS_KEPT {
+                    talk.links.remove(0);
+                }
+            }
+        }
+    }
+
+    /// The ids of server end `sk`'s request `place`: derived as
+    /// `place_in_trace` does, in the trace of its client's request when
+    /// that client is here and its request was linked as a leg.
+    fn server_ids(&self, sk: u64, place: u32, incoming: Option<&TraceParent>) -> Option<SpanIds> {
+        let talk = self.http.get(&sk)?;
+        let (shared, (local, remote)) = talk.shared.zip(talk.ends)?;
+        let both = self.pairs.both_here(shared, local, remote);
+        let mut ids = shared.request(place, false, both, incoming);
+        if both {
+            let client = self.pairs.other(shared, local, remote);
+            let link = client
+                .and_then(|c| self.http.get(&c))
+                .and_then(|t| t.links.iter().find(|(p, _)| *p == place));
+            if let Some((_, l)) = link {
+                ids.trace_id = l.trace_id;
+            }
+        }
+        Some(ids)
+    }
+
+    /// A client's record: into the trace of the request it is a leg of,
+    /// and that request's legs take it.
+    fn apply_link(&mut self, sk: u64, r: &mut RequestRecord) {
+        let Some(place) = r.stream_id.or(r.request_index) else {
+            return;
+        };
+        let Some(talk) = self.http.get_mut(&sk) else {
+            return;
+        };
+        let Some(&(_, link)) = talk.links.iter().find(|(p, _)| *p == place) else {
+            return;
+        };
+        r.trace.trace_id = Some(Hex(link.trace_id));
+        r.trace.parent_span_id = Some(Hex(link.parent_span_id));
+        r.link_rule = Some(link.rule);
+        if r.connection.is_some() {
+            if let Some(f) = &mut talk.first_request {
+                f.trace = r.trace.ids();
+            }
+        }
+        // A leg that opened its connection waited on the connect (and TLS
+        // handshake) too: as a proxy's upstream time counts it.
+        let start = r
+            .connection
+            .as_ref()
+            .map_or(r.start_unix_ns, |c| c.start_unix_ns.min(r.start_unix_ns));
+        let leg = UpstreamLeg {
+            remote_addr: r.remote_addr,
+            remote_port: r.remote_port,
+            host: r.host.clone(),
+            status: r.status,
+            start_unix_ns: start,
+            duration_ns: r.end_unix_ns.saturating_sub(start),
+            ttfb_ns: r.ttfb_ns,
+            link_rule: link.rule,
+            span_id: r.trace.span_id.unwrap_or(Hex([0; 8])),
+        };
+        if let Some(server) = self.http.get_mut(&link.inbound_sk) {
+            if server.legs.len() < LEGS_HELD {
+                server.legs.push((link.inbound_place, leg));
+            }
+        }
+    }
+
+    /// A server's record: in its client's trace when that client's request
+    /// was a leg; with the legs it made and its own time outside them.
+    fn take_legs(&mut self, sk: u64, r: &mut RequestRecord) {
+        let Some(place) = r.stream_id.or(r.request_index) else {
+            return;
+        };
+        if let Some(ids) = self.server_ids(sk, place, r.trace.incoming.as_ref()) {
+            r.trace.set(ids);
+        }
+        let Some(talk) = self.http.get_mut(&sk) else {
+            return;
+        };
+        if r.connection.is_some() {
+            if let Some(f) = &mut talk.first_request {
+                f.trace = r.trace.ids();
+            }
+        }
+        let (mine, rest): (Vec<_>, Vec<_>) = talk.legs.drain(..).partition(|(p, _)| *p == place);
+        // Legs of later requests stay; those of earlier ones are stale.
+        talk.legs = rest.into_iter().filter(|(p, _)| *p > place).collect();
+        if mine.is_empty() {
+            return;
+        }
+        let legs: Vec<UpstreamLeg> = mine.into_iter().map(|(_, l)| l).collect();
+        r.own_time_ns = Some(proxy::own_time_ns(r.start_unix_ns, r.end_unix_ns, &legs));
+        r.upstream = Some(legs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::{
+        http::{PlaintextEvent, DATA_FROM_START},
+        tls::op,
+        Conn, AF_INET, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED,
+    };
+
+    use super::*;
+    use crate::{
+        clock::Clock,
+        decode::{Event, Plaintext},
+        process::ProcessCache,
+    };
+
+    /// Socket `sk` of a connection on 127.0.0.1 from port `local` to
+    /// `remote`.
+    fn end(sk: u64, local: u16, remote: u16, direction: u8) -> Conn {
+        let mut c = Conn {
+            sk,
+            start_ns: 100,
+            established_ns: 200,
+            family: AF_INET,
+            direction,
+            flags: FLAG_OWNED | FLAG_ESTABLISHED,
+            sport: local,
+            dport: remote,
+            ..Conn::default()
+        };
+        c.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        c.daddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        c
+    }
+
+    fn call(t: &mut ConnTable, conn: Conn, op: u8, at: u64, bytes: &[u8]) {
+        let ev = PlaintextEvent::of_call(conn, op, at, bytes, DATA_FROM_START);
+        t.handle(Event::Plaintext(Plaintext::new(ev)));
+    }
+
+    fn owner(t: &mut ConnTable, sk: u64, pid: u32, tid: u32) {
+        t.handle(Event::Owner {
+            ts_ns: 1,
+            sk,
+            pid,
+            tid,
+            comm: *b"proxy\0\0\0\0\0\0\0\0\0\0\0",
+            direction: DIR_OUTBOUND,
+            remote: None,
+        });
+    }
+
+    const ASKED: &[u8] = b"GET /a HTTP/1.1\r\nHost: proxy\r\n\r\n";
+    const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+
+    /// client -> proxy -> backend, all here: one trace, each record the
+    /// child of the one before, the proxy's inbound record with its leg.
+    #[test]
+    fn a_proxied_call_is_one_trace_with_the_proxys_own_time_apart() {
+        let me = std::process::id();
+        let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
+        let client = end(5, 40000, 8080, DIR_OUTBOUND);
+        let inbound = end(10, 8080, 40000, DIR_INBOUND);
+        let outbound = end(20, 40001, 9000, DIR_OUTBOUND);
+        let backend = end(30, 9000, 40001, DIR_INBOUND);
+        owner(&mut t, 5, me, me);
+        owner(&mut t, 20, me, me);
+        call(&mut t, client, op::WRITE, 1_000, ASKED);
+        call(&mut t, inbound, op::READ, 1_100, ASKED);
+        call(&mut t, outbound, op::WRITE, 1_200, ASKED);
+        call(&mut t, backend, op::READ, 1_300, ASKED);
+        call(&mut t, backend, op::WRITE, 1_400, ANSWER);
+        call(&mut t, outbound, op::READ, 1_500, ANSWER);
+        call(&mut t, inbound, op::WRITE, 1_600, ANSWER);
+        call(&mut t, client, op::READ, 1_700, ANSWER);
+        let by_port = |port: u16, dir: Direction| {
+            let r = t
+                .requests_out
+                .iter()
+                .find(|r| r.local_port == port && r.direction == dir);
+            r.expect("a record").clone()
+        };
+        let c = by_port(40000, Direction::Outbound);
+        let pi = by_port(8080, Direction::Inbound);
+        let po = by_port(40001, Direction::Outbound);
+        let b = by_port(9000, Direction::Inbound);
+        let trace = c.trace.trace_id.expect("placed");
+        for r in [&pi, &po, &b] {
+            assert_eq!(r.trace.trace_id, Some(trace), "{r:?}");
+        }
+        assert_eq!(c.trace.parent_span_id, None);
+        assert_eq!(pi.trace.parent_span_id, c.trace.span_id);
+        assert_eq!(po.trace.parent_span_id, pi.trace.span_id);
+        assert_eq!(po.link_rule, Some(proxy::BY_REQUEST_MATCH));
+        assert_eq!(b.trace.parent_span_id, po.trace.span_id);
+        let legs = pi.upstream.as_ref().expect("its leg");
+        assert_eq!(legs.len(), 1);
+        // The leg opened its connection: from the connect on.
+        let connect = po
+            .connection
+            .as_ref()
+            .expect("its first request")
+            .start_unix_ns;
+        let leg_ns = po.end_unix_ns - connect;
+        assert_eq!((legs[0].remote_port, legs[0].duration_ns), (9000, leg_ns));
+        assert_eq!(legs[0].span_id, po.trace.span_id.expect("placed"));
+        // Its part within the inbound request is upstream time.
+        let within = po.end_unix_ns - connect.max(pi.start_unix_ns);
+        assert_eq!(pi.own_time_ns, Some(pi.duration_ns - within));
+    }
+
+    /// Two requests alike in flight at an event-loop proxy: no guess.
+    #[test]
+    fn two_candidates_alike_make_no_link() {
+        let me = std::process::id();
+        let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
+        let in1 = end(10, 8080, 40000, DIR_INBOUND);
+        let in2 = end(11, 8080, 40002, DIR_INBOUND);
+        let outbound = end(20, 40001, 9000, DIR_OUTBOUND);
+        owner(&mut t, 20, me, me);
+        call(&mut t, in1, op::READ, 1_100, ASKED);
+        call(&mut t, in2, op::READ, 1_150, ASKED);
+        call(&mut t, outbound, op::WRITE, 1_200, ASKED);
+        call(&mut t, outbound, op::READ, 1_500, ANSWER);
+        let po = &t.requests_out[0];
+        assert_eq!((po.direction, po.link_rule), (Direction::Outbound, None));
+        assert_eq!(po.trace.parent_span_id, None);
+    }
+}
