@@ -125,6 +125,9 @@ pub struct ConnTable {
     /// Server ends with a request in flight: what a process's outbound
     /// requests may be legs of (see `http::proxy`).
     serving: NumSet<u64>,
+    /// The ports processes listen on (proxy linking's candidates whose
+    /// owner is not known yet).
+    listeners: crate::listeners::Listeners,
 }
 
 impl ConnTable {
@@ -152,6 +155,7 @@ impl ConnTable {
             close_linger_completed: 0,
             pairs: Pairs::default(),
             serving: NumSet::default(),
+            listeners: crate::listeners::Listeners::new("/proc"),
         }
     }
 

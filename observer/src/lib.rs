@@ -20,6 +20,7 @@ pub mod http;
 pub mod k8s;
 pub mod keys;
 pub mod libraries;
+pub mod listeners;
 pub mod observer;
 pub mod others;
 pub mod output;

@@ -303,6 +303,52 @@ fn one_trace<'a>(
     (cr, sr)
 }
 
+/// One plain HTTP/1.1 GET on this host, observed: what the receiver got,
+/// the records printed, the client's line and the server.
+struct PlainCall {
+    rec: Received,
+    records: Vec<Value>,
+    client: Value,
+    server: HelperServer,
+}
+
+impl PlainCall {
+    fn one_trace(&self, path: &str) -> (&Value, &Value) {
+        one_trace(
+            &self.rec,
+            &self.records,
+            &self.client,
+            &self.server,
+            "GET",
+            path,
+        )
+    }
+}
+
+/// A fresh server and a fresh client (trace_client.py with `args`) making
+/// one GET of `path` under a fresh observer. None: the test cannot run here.
+fn plain_call(test: &str, path: &str, args: &[&str]) -> Option<PlainCall> {
+    let serial = begin(test, &["python3"])?;
+    let python = otel_sdk_python(test)?;
+    let (rec, otlp_port) = grpc_receiver();
+    let port = free_port();
+    let run = observe(test, otlp_port, port);
+    let server = trace_server(&python, port, None);
+    let client = trace_client(
+        &python,
+        &format!("http://127.0.0.1:{port}{path}"),
+        &[&["--method", "GET"], args].concat(),
+    );
+    let records = run.stop();
+    drop(serial);
+    Some(PlainCall {
+        rec,
+        records,
+        client,
+        server,
+    })
+}
+
 /// An application instrumented with the OpenTelemetry SDK calls a plain
 /// HTTP/1.1 server on this host with the SDK's `traceparent` and
 /// `tracestate`: our CLIENT span is the child of the SDK's span in its
@@ -310,26 +356,13 @@ fn one_trace<'a>(
 /// span; the records say the same.
 #[test]
 fn an_sdk_traceparent_over_http1_puts_our_spans_in_its_trace() {
-    let test = "trace_context_http1";
-    let Some(_serial) = begin(test, &["python3"]) else {
-        return;
-    };
-    let Some(python) = otel_sdk_python(test) else {
-        return;
-    };
-    let (rec, otlp_port) = grpc_receiver();
-    let port = free_port();
-    let run = observe(test, otlp_port, port);
-    let server = trace_server(&python, port, None);
     let path = "/checkout/h1";
-    let c = trace_client(
-        &python,
-        &format!("http://127.0.0.1:{port}{path}"),
-        &["--method", "GET"],
-    );
-    let records = run.stop();
+    let Some(call) = plain_call("trace_context_http1", path, &[]) else {
+        return;
+    };
+    let c = &call.client;
     assert_eq!(c["http_version"], "HTTP/1.1", "{c:#}");
-    let (cr, sr) = one_trace(&rec, &records, &c, &server, "GET", path);
+    let (cr, sr) = call.one_trace(path);
     for r in [cr, sr] {
         assert_eq!(r["protocol"], "http/1.1", "{r:#}");
         assert_eq!(r["method"], "GET", "{r:#}");
@@ -380,26 +413,13 @@ fn an_sdk_traceparent_over_h2_puts_our_spans_in_its_trace() {
 /// carry the same ids, the client's with a null parent and no trace state.
 #[test]
 fn a_local_call_without_trace_context_is_one_trace() {
-    let test = "trace_context_none";
-    let Some(_serial) = begin(test, &["python3"]) else {
-        return;
-    };
-    let Some(python) = otel_sdk_python(test) else {
-        return;
-    };
-    let (rec, otlp_port) = grpc_receiver();
-    let port = free_port();
-    let run = observe(test, otlp_port, port);
-    let server = trace_server(&python, port, None);
     let path = "/no/context";
-    let c = trace_client(
-        &python,
-        &format!("http://127.0.0.1:{port}{path}"),
-        &["--method", "GET", "--no-context"],
-    );
-    let records = run.stop();
+    let Some(call) = plain_call("trace_context_none", path, &["--no-context"]) else {
+        return;
+    };
+    let c = &call.client;
     assert_eq!(c["sent"]["traceparent"], Value::Null, "{c:#}");
-    let (cr, sr) = one_trace(&rec, &records, &c, &server, "GET", path);
+    let (cr, sr) = call.one_trace(path);
     assert_eq!(cr["parent_span_id"], Value::Null, "{cr:#}");
     assert_eq!(cr["trace_state"], Value::Null, "{cr:#}");
     assert_eq!(sr["trace_id"], cr["trace_id"], "{sr:#}");

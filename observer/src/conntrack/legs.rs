@@ -82,13 +82,29 @@ impl ConnTable {
         let http = &self.http;
         self.serving
             .retain(|s| http.get(s).is_some_and(|t| t.asked(None).is_some()));
+        // The process's own inbound requests; one whose owner is not known
+        // yet counts when the process listens on its port (else a client's
+        // request would be taken for a leg of the server it calls).
+        let mut ours: Vec<(u64, Option<(u32, u32)>)> = Vec::new();
+        for &isk in &self.serving {
+            let owner = self.live.get(&isk).map(|l| (l.owner.pid, l.owner.tid));
+            let port = http
+                .get(&isk)
+                .and_then(|t| t.ends)
+                .map(|(local, _)| local.1);
+            let mine = match (owner, port) {
+                _ if isk == sk => false,
+                (Some((p, _)), _) => p == pid,
+                (None, Some(port)) => self.listeners.listens(pid, port),
+                (None, None) => false,
+            };
+            if mine {
+                ours.push((isk, owner));
+            }
+        }
         let mut found = Vec::new();
         let mut candidates = Vec::new();
-        for &isk in &self.serving {
-            let owner = self.owner_of(isk);
-            if owner.is_some_and(|(p, _)| p != pid) || isk == sk {
-                continue;
-            }
+        for (isk, owner) in ours {
             let thread = owner.and_then(worker_thread);
             let Some((iplace, c)) = http.get(&isk).and_then(|t| t.asked(thread)) else {
                 continue;
@@ -272,8 +288,12 @@ mod tests {
     fn a_proxied_call_is_one_trace_with_the_proxys_own_time_apart() {
         let me = std::process::id();
         let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
-        let client = end(5, 40000, 8080, DIR_OUTBOUND);
-        let inbound = end(10, 8080, 40000, DIR_INBOUND);
+        // The proxy (this process) listens on its inbound requests' port:
+        // their owner is not known before the legs begin.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let client = end(5, 40000, port, DIR_OUTBOUND);
+        let inbound = end(10, port, 40000, DIR_INBOUND);
         let outbound = end(20, 40001, 9000, DIR_OUTBOUND);
         let backend = end(30, 9000, 40001, DIR_INBOUND);
         owner(&mut t, 5, me, me);
@@ -294,7 +314,7 @@ mod tests {
             r.expect("a record").clone()
         };
         let c = by_port(40000, Direction::Outbound);
-        let pi = by_port(8080, Direction::Inbound);
+        let pi = by_port(port, Direction::Inbound);
         let po = by_port(40001, Direction::Outbound);
         let b = by_port(9000, Direction::Inbound);
         let trace = c.trace.trace_id.expect("placed");
@@ -327,8 +347,10 @@ mod tests {
     fn two_candidates_alike_make_no_link() {
         let me = std::process::id();
         let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
-        let in1 = end(10, 8080, 40000, DIR_INBOUND);
-        let in2 = end(11, 8080, 40002, DIR_INBOUND);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let in1 = end(10, port, 40000, DIR_INBOUND);
+        let in2 = end(11, port, 40002, DIR_INBOUND);
         let outbound = end(20, 40001, 9000, DIR_OUTBOUND);
         owner(&mut t, 20, me, me);
         call(&mut t, in1, op::READ, 1_100, ASKED);
@@ -338,5 +360,23 @@ mod tests {
         let po = &t.requests_out[0];
         assert_eq!((po.direction, po.link_rule), (Direction::Outbound, None));
         assert_eq!(po.trace.parent_span_id, None);
+    }
+
+    /// A client's request is no leg of a server it does not run: an
+    /// inbound request whose owner is not known yet is a candidate only for
+    /// a process listening on its port.
+    #[test]
+    fn a_request_to_a_server_is_not_a_leg_of_that_servers_request() {
+        let me = std::process::id();
+        let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
+        // Nobody here listens on the (unbound) port 9 of this inbound one.
+        let other_server = end(10, 9, 40000, DIR_INBOUND);
+        let client = end(20, 40001, 9, DIR_OUTBOUND);
+        owner(&mut t, 20, me, me);
+        call(&mut t, other_server, op::READ, 1_100, ASKED);
+        call(&mut t, client, op::WRITE, 1_200, ASKED);
+        call(&mut t, client, op::READ, 1_500, ANSWER);
+        let r = &t.requests_out[0];
+        assert_eq!((r.direction, r.link_rule), (Direction::Outbound, None));
     }
 }
