@@ -550,15 +550,15 @@ impl ConnTable {
     /// Forgets the trace nonces of connections none of whose ends still
     /// has a conversation here (open or waiting for its last bytes).
     fn forget_pairs(&mut self) {
-        let (http, closing) = (&self.http, &self.closing);
-        let holds = |t: &crate::http::Conversation, nonce: u64| {
-            t.shared.is_some_and(|s| s.nonce() == nonce)
-        };
+        let nonce_of = |t: &crate::http::Conversation| t.shared.map(|s| s.nonce());
+        let waiting: HashMap<u64, u64> = self
+            .closing
+            .iter()
+            .filter_map(|c| Some((c.conn.sk, nonce_of(c.talk.as_ref()?)?)))
+            .collect();
+        let http = &self.http;
         self.pairs.retain(|sk, nonce| {
-            http.get(&sk).is_some_and(|t| holds(t, nonce))
-                || closing
-                    .iter()
-                    .any(|c| c.conn.sk == sk && c.talk.as_ref().is_some_and(|t| holds(t, nonce)))
+            http.get(&sk).and_then(nonce_of) == Some(nonce) || waiting.get(&sk) == Some(&nonce)
         });
     }
 

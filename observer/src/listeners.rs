@@ -32,9 +32,20 @@ impl Listeners {
         }
     }
 
+    /// Whether process `pid` listens on any TCP port: only a server can
+    /// make a leg of a request it serves.
+    pub fn listens_any(&mut self, pid: u32) -> bool {
+        self.ports(pid).is_some_and(|p| !p.is_empty())
+    }
+
     /// Whether process `pid` listens on TCP port `port` (false when /proc
     /// cannot tell).
     pub fn listens(&mut self, pid: u32, port: u16) -> bool {
+        self.ports(pid).is_some_and(|p| p.contains(&port))
+    }
+
+    /// The ports `pid` listens on, read again when older than a second.
+    fn ports(&mut self, pid: u32) -> Option<&Vec<u16>> {
         let now = Instant::now();
         let fresh = self
             .by_pid
@@ -54,9 +65,7 @@ impl Listeners {
             let ports = self.read(pid);
             self.by_pid.insert(pid, (now, ports));
         }
-        self.by_pid
-            .get(&pid)
-            .is_some_and(|(_, ports)| ports.contains(&port))
+        self.by_pid.get(&pid).map(|(_, ports)| ports)
     }
 
     /// The ports of the listening sockets among `pid`'s descriptors.
@@ -73,7 +82,22 @@ impl Listeners {
         if inodes.is_empty() {
             return Vec::new();
         }
-        // The process's own network namespace.
+        // In our network namespace the kernel lists its listening sockets
+        // alone (sock_diag): /proc's tables list every socket, tens of
+        // thousands of TIME_WAIT ones on a busy host, and reading them stalled
+        // the correlator long enough for the ring to overflow.
+        let same_netns = std::fs::read_link(pid_dir.join("ns/net")).ok()
+            == std::fs::read_link(self.proc_root.join("self/ns/net")).ok();
+        if same_netns {
+            if let Some(all) = diag_listeners() {
+                return all
+                    .into_iter()
+                    .filter(|(_, inode)| inodes.contains(inode))
+                    .map(|(port, _)| port)
+                    .collect();
+            }
+        }
+        // Another namespace (a container's): its own, usually small, tables.
         ["net/tcp", "net/tcp6"]
             .iter()
             .filter_map(|t| std::fs::read_to_string(pid_dir.join(t)).ok())
@@ -81,6 +105,89 @@ impl Listeners {
             .filter(|(_, inode)| inodes.contains(inode))
             .map(|(port, _)| port)
             .collect()
+    }
+}
+
+/// The (port, inode) of every listening TCP socket of our network
+/// namespace, IPv4 and IPv6, from the kernel's sock_diag netlink interface
+/// (None: it could not be asked).
+fn diag_listeners() -> Option<Vec<(u16, u64)>> {
+    let mut out = Vec::new();
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        out.extend(diag_dump(family as u8)?);
+    }
+    Some(out)
+}
+
+/// One SOCK_DIAG_BY_FAMILY dump of `family`'s TCP sockets in LISTEN.
+fn diag_dump(family: u8) -> Option<Vec<(u16, u64)>> {
+    const NETLINK_SOCK_DIAG: i32 = 4;
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const TCP_LISTEN: u32 = 10;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            NETLINK_SOCK_DIAG,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fd was just opened and is owned by nothing else.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    use std::os::fd::AsRawFd as _;
+    // nlmsghdr (16 bytes) + inet_diag_req_v2 (56 bytes).
+    let mut req = [0u8; 72];
+    req[0..4].copy_from_slice(&72u32.to_ne_bytes());
+    req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+    req[6..8].copy_from_slice(&flags.to_ne_bytes());
+    req[16] = family;
+    req[17] = libc::IPPROTO_TCP as u8;
+    req[20..24].copy_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
+    // SAFETY: req is a valid buffer of its length for the call.
+    let sent = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if sent != req.len() as isize {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        // SAFETY: buf is a valid, writable buffer of its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let Ok(n) = usize::try_from(n) else {
+            return None;
+        };
+        if n == 0 {
+            return Some(out);
+        }
+        let mut at = 0;
+        while at + 16 <= n {
+            let len = u32::from_ne_bytes(buf[at..at + 4].try_into().ok()?) as usize;
+            let kind = u16::from_ne_bytes(buf[at + 4..at + 6].try_into().ok()?);
+            if len < 16 || at + len > n {
+                return None;
+            }
+            match kind {
+                NLMSG_DONE => return Some(out),
+                NLMSG_ERROR => return None,
+                _ => {}
+            }
+            // inet_diag_msg: family, state, timer, retrans, then the socket
+            // id (source port first, big-endian), ..., the inode at 68.
+            let msg = &buf[at + 16..at + len];
+            if msg.len() >= 72 {
+                let port = u16::from_be_bytes([msg[4], msg[5]]);
+                let inode = u32::from_ne_bytes(msg[68..72].try_into().ok()?);
+                out.push((port, u64::from(inode)));
+            }
+            // Messages are 4-byte aligned.
+            at += (len + 3) & !3;
+        }
     }
 }
 
@@ -119,7 +226,7 @@ mod tests {
         let port = l.local_addr().expect("addr").port();
         let mut ls = Listeners::new("/proc");
         let me = std::process::id();
-        assert!(ls.listens(me, port));
+        assert!(ls.listens(me, port) && ls.listens_any(me));
         // A connected socket's port is not a listening one.
         let c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
         let local = c.local_addr().expect("addr").port();
@@ -128,6 +235,20 @@ mod tests {
         assert!(!fresh.listens(me, local));
         assert!(!fresh.listens(me, port), "closed");
         assert!(!fresh.listens(u32::MAX, port), "no such process");
+    }
+
+    #[test]
+    fn the_kernel_lists_our_listening_socket_by_netlink() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let local = c.local_addr().expect("addr").port();
+        let all = diag_listeners().expect("sock_diag answers");
+        assert!(
+            all.iter().any(|&(p, inode)| p == port && inode > 0),
+            "{all:?}"
+        );
+        assert!(!all.iter().any(|&(p, _)| p == local), "only listeners");
     }
 
     #[test]

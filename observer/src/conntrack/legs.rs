@@ -79,42 +79,48 @@ impl ConnTable {
         if place <= talk.link_tried {
             return;
         }
+        // Most processes serve nothing: one look (cached) and no search.
+        if !self.listeners.listens_any(pid) {
+            if let Some(talk) = self.http.get_mut(&sk) {
+                talk.link_tried = place;
+            }
+            return;
+        }
         let http = &self.http;
         self.serving
             .retain(|s| http.get(s).is_some_and(|t| t.asked(None).is_some()));
-        // The process's own inbound requests; one whose owner is not known
-        // yet counts when the process listens on its port (else a client's
-        // request would be taken for a leg of the server it calls).
-        let mut ours: Vec<(u64, Option<(u32, u32)>)> = Vec::new();
-        for &isk in &self.serving {
-            let owner = self.live.get(&isk).map(|l| (l.owner.pid, l.owner.tid));
-            let port = http
-                .get(&isk)
-                .and_then(|t| t.ends)
-                .map(|(local, _)| local.1);
-            let mine = match (owner, port) {
-                _ if isk == sk => false,
-                (Some((p, _)), _) => p == pid,
-                (None, Some(port)) => self.listeners.listens(pid, port),
-                (None, None) => false,
-            };
-            if mine {
-                ours.push((isk, owner));
-            }
-        }
+        // The process's inbound requests, and those whose owner is not known
+        // yet: one of these that the rules choose counts only when the
+        // process listens on its port (else a client's request would be
+        // taken for a leg of the server it calls). Checked for the one
+        // chosen only: /proc is read for a link, never for every request.
         let mut found = Vec::new();
         let mut candidates = Vec::new();
-        for (isk, owner) in ours {
-            let thread = owner.and_then(worker_thread);
-            let Some((iplace, c)) = http.get(&isk).and_then(|t| t.asked(thread)) else {
+        for &isk in &self.serving {
+            let owner = self.live.get(&isk).map(|l| (l.owner.pid, l.owner.tid));
+            if isk == sk || owner.is_some_and(|(p, _)| p != pid) {
+                continue;
+            }
+            let Some(t) = http.get(&isk) else {
                 continue;
             };
-            found.push((isk, iplace, c.asked.traceparent.copied()));
+            let Some((iplace, c)) = t.asked(owner.and_then(worker_thread)) else {
+                continue;
+            };
+            let unowned_port = match (owner, t.ends) {
+                (Some(_), _) => None,
+                (None, Some((local, _))) => Some(local.1),
+                (None, None) => continue,
+            };
+            found.push((isk, iplace, c.asked.traceparent.copied(), unowned_port));
             candidates.push(c);
         }
-        let chosen = proxy::choose(&out.asked, &candidates);
+        let chosen = proxy::choose(&out.asked, &candidates).filter(|&(i, _)| match found[i].3 {
+            Some(port) => self.listeners.listens(pid, port),
+            None => true,
+        });
         let link = chosen.and_then(|(i, rule)| {
-            let (isk, iplace, incoming) = found[i];
+            let (isk, iplace, incoming, _) = found[i];
             let ids = self.server_ids(isk, iplace, incoming.as_ref())?;
             Some(Link {
                 inbound_sk: isk,
@@ -215,6 +221,9 @@ impl ConnTable {
             if let Some(f) = &mut talk.first_request {
                 f.trace = r.trace.ids();
             }
+        }
+        if talk.legs.is_empty() {
+            return;
         }
         let (mine, rest): (Vec<_>, Vec<_>) = talk.legs.drain(..).partition(|(p, _)| *p == place);
         // Legs of later requests stay; those of earlier ones are stale.
