@@ -274,6 +274,12 @@ impl ConnTable {
         for r in self.wire.expire(now, &self.clock) {
             self.add_lookup(r);
         }
+        // Every tick, whatever --update-interval says: the pairing and
+        // proxy state is only as large as the conversations that hold it.
+        self.forget_pairs();
+        let http = &self.http;
+        self.serving
+            .retain(|s| http.get(s).is_some_and(|t| t.asked(None).is_some()));
     }
 
     /// Lookups that led to no connection within `grace_ns` (all that are
@@ -543,7 +549,6 @@ impl ConnTable {
             self.http.remove(&sk);
         }
         self.forget_ownerless(kernel);
-        self.forget_pairs();
         out
     }
 

@@ -349,6 +349,19 @@ mod tests {
         // Its part within the inbound request is upstream time.
         let within = po.end_unix_ns - connect.max(pi.start_unix_ns);
         assert_eq!(pi.own_time_ns, Some(pi.duration_ns - within));
+        // The conversations gone, a tick forgets what linked them.
+        assert!(t.pairs.len() > 0 && !t.serving.is_empty());
+        for conn in [client, inbound, outbound, backend] {
+            t.handle(Event::Close(
+                Conn {
+                    end_ns: 2_000,
+                    ..conn
+                },
+                observer_common::TlsConn::default(),
+            ));
+        }
+        t.set_clock(Clock::with_offset(0));
+        assert_eq!((t.pairs.len(), t.serving.len()), (0, 0));
     }
 
     /// Two requests alike in flight at an event-loop proxy: no guess.

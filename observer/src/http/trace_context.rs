@@ -223,7 +223,7 @@ impl Pairs {
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_ends.len()
     }
 }
