@@ -261,7 +261,9 @@ pub struct OwnerEvent {
     pub _pad: u8,
     /// AF_INET or AF_INET6 (0: unknown).
     pub family: u16,
-    pub _pad2: u32,
+    /// The far end's port (host order, as `Conn::dport`; 0: unknown).
+    pub dport: u16,
+    pub _pad2: u16,
     /// The far end (IPv4: first 4 bytes): for an outbound connection, known
     /// at connect, which lets the lookup that led to it be marked at once.
     pub daddr: [u8; 16],

@@ -71,6 +71,7 @@ pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
         (*ev).direction = conn.direction;
         (*ev)._pad = 0;
         (*ev).family = conn.family;
+        (*ev).dport = conn.dport;
         (*ev)._pad2 = 0;
         copy_words(&raw mut (*ev).daddr, &conn.daddr);
     }

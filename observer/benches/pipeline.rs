@@ -36,6 +36,7 @@ fn connection(i: u64) -> (OwnerEvent, CloseEvent) {
         direction: DIR_OUTBOUND,
         _pad: 0,
         family: observer_common::AF_INET,
+        dport: 443,
         _pad2: 0,
         daddr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     };

@@ -126,6 +126,11 @@ pub struct WatchArgs {
     /// hold ids, tokens or keys.
     #[arg(long)]
     pub http_query: bool,
+    /// Also print connection pool records ("kind": "pool"): each process's
+    /// outbound connections to each peer (open, busy, idle; requests, new
+    /// connections, closes), every second while any are open or change.
+    #[arg(long)]
+    pub pools: bool,
     /// The NVML library to load for GPU state (default libnvidia-ml.so.1;
     /// without it GPU features are off and everything else runs).
     #[arg(long, value_name = "PATH")]

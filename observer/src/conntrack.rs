@@ -48,6 +48,11 @@ struct Live {
     last_snapshot_ns: u64,
     /// The connection was missing from CONNS at the previous snapshot pass.
     missing: bool,
+    /// The owner event said the owner connected (its guess from the
+    /// ports for a connection first seen mid-way).
+    outbound: bool,
+    /// The far end, when the kernel knew it at the owner event.
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// Interned thread names are forgotten past this many distinct ones.
@@ -307,6 +312,28 @@ impl ConnTable {
         self.live.len()
     }
 
+    /// Counts each live outbound connection whose owner and peer are known
+    /// into `pools`, with what it is doing.
+    pub fn pool_census(&self, pools: &mut crate::pools::Pools, now_unix_ns: u64) {
+        use crate::pools::Use;
+        pools.begin_census();
+        for (sk, live) in &self.live {
+            let talk = self.http.get(sk);
+            let client = talk
+                .and_then(|t| t.owner_is_client)
+                .unwrap_or(live.outbound);
+            let Some(peer) = live.peer.filter(|p| client && p.port() != 0) else {
+                continue;
+            };
+            let u = match talk {
+                Some(t) if t.in_flight() => Use::Busy,
+                Some(t) if t.exchanged() => Use::Idle,
+                _ => Use::Unknown,
+            };
+            pools.count(&live.owner, peer, live.server_name.as_ref(), u, now_unix_ns);
+        }
+    }
+
     /// /proc entries that could not be read so far.
     pub fn proc_unreadable(&self) -> u64 {
         self.procs.unreadable
@@ -323,6 +350,7 @@ impl ConnTable {
                 comm,
                 direction,
                 remote,
+                remote_port,
             } => {
                 // The lookup an outbound connection follows is marked at
                 // connect: it is not traced on its own.
@@ -355,6 +383,8 @@ impl ConnTable {
                         server_name: self.early_names.remove(&sk),
                         last_snapshot_ns: 0,
                         missing: false,
+                        outbound: direction == observer_common::DIR_OUTBOUND,
+                        peer: remote.map(|ip| std::net::SocketAddr::new(ip, remote_port)),
                     },
                 );
                 None
@@ -468,10 +498,14 @@ impl ConnTable {
             // comes from the library.)
             let stopped = conn.flags & FLAG_TLS == 0 && conn.http == observer_common::http::NO;
             r.first_request = c.first_request;
+            r.requests = Some(c.requests_seen()).filter(|&n| n > 0);
             if !stopped {
                 ended = c.close();
             }
         }
+        let established = conn.flags & observer_common::FLAG_ESTABLISHED != 0
+            || conn.flags & observer_common::FLAG_MIDSTREAM != 0;
+        r.closed_by = r.who_closed(established);
         let name = live.and_then(|l| l.server_name);
         r.tls = TlsRecord::new(
             &tls,
@@ -801,6 +835,7 @@ mod tests {
             comm: *b"worker-thread\0\0\0",
             direction: DIR_OUTBOUND,
             remote: None,
+            remote_port: 0,
         }
     }
 

@@ -20,6 +20,8 @@ pub enum Event {
         direction: u8,
         /// The far end, when the kernel knew it.
         remote: Option<std::net::IpAddr>,
+        /// The far end's port (0: unknown).
+        remote_port: u16,
     },
     /// A connection closed; its final state and TLS timings (`library == 0`:
     /// no TLS seen).
@@ -217,6 +219,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 comm: ev.comm,
                 direction: ev.direction,
                 remote: crate::record::ip_of(ev.family, &ev.daddr),
+                remote_port: ev.dport,
             })
         }
         EventKind::Close => {
@@ -303,6 +306,7 @@ mod tests {
             direction: observer_common::DIR_OUTBOUND,
             _pad: 0,
             family: observer_common::AF_INET,
+            dport: 443,
             _pad2: 0,
             daddr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         };
@@ -317,6 +321,7 @@ mod tests {
                 comm: ev.comm,
                 direction: observer_common::DIR_OUTBOUND,
                 remote: Some(std::net::IpAddr::from([10, 0, 0, 1])),
+                remote_port: 443,
             }
         );
     }

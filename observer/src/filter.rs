@@ -49,6 +49,22 @@ impl Filter {
         pid_ok && comm_ok && port_ok && dir_ok
     }
 
+    /// A pool's record: its process, and its peer's port (pools are
+    /// outbound connections).
+    pub fn matches_pool(&self, r: &crate::pools::PoolRecord) -> bool {
+        let pid_ok = self.pids.is_empty() || self.pids.contains(&r.pid);
+        let comm_ok = self.comms.is_empty()
+            || self
+                .comms
+                .iter()
+                .any(|c| r.comm.as_deref() == Some(c.as_str()));
+        let port_ok = self.ports.is_empty() || self.ports.contains(&r.peer_port);
+        let dir_ok = self
+            .direction
+            .is_none_or(|d| d == crate::record::Direction::Outbound);
+        pid_ok && comm_ok && port_ok && dir_ok
+    }
+
     pub fn matches(&self, r: &ConnRecord) -> bool {
         let pid_ok = self.pids.is_empty() || r.pid.is_some_and(|p| self.pids.contains(&p));
         let comm_ok = self.comms.is_empty()

@@ -25,6 +25,7 @@ pub mod observer;
 pub mod others;
 pub mod output;
 pub mod pipeline;
+pub mod pools;
 pub mod privileges;
 pub mod process;
 pub mod programs;

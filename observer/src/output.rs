@@ -96,6 +96,33 @@ pub enum Line {
     Conn(Box<ConnRecord>),
     Dns(crate::dns::DnsRecord),
     Request(Box<crate::http::RequestRecord>),
+    /// `watch --pools`, `top`, `diagnose`.
+    Pool(Box<crate::pools::PoolRecord>),
+}
+
+/// A pool's line: who, to where, what is open, and how it was used.
+pub fn pool_text_line(r: &crate::pools::PoolRecord) -> String {
+    let share = r
+        .new_connection_share
+        .map_or("-".into(), |s| format!("{:.0}%", s * 100.0));
+    let c = &r.closed;
+    format!(
+        "{:<13} {:<8} {:<16} pool {:<39} open {} busy {} idle {} requests {} new {} ({share}) closed client {} server {} reset {} goaway {}  {}",
+        fmt_time(r.time_unix_ns),
+        r.pid,
+        r.comm.as_deref().unwrap_or("-"),
+        endpoint(&r.peer_addr, r.peer_port),
+        r.open,
+        r.busy,
+        r.idle,
+        r.requests,
+        r.new_connections,
+        c.client,
+        c.server,
+        c.reset,
+        c.goaway,
+        r.server_name.as_deref().unwrap_or(""),
+    )
 }
 
 pub fn dns_text_line(r: &crate::dns::DnsRecord) -> String {
@@ -144,6 +171,13 @@ pub fn write_line(w: &mut impl Write, l: &Line, format: Format) -> io::Result<()
                 w.write_all(b"\n")
             }
             Format::Text => writeln!(w, "{}", r.text_line()),
+        },
+        Line::Pool(r) => match format {
+            Format::Json => {
+                serde_json::to_writer(&mut *w, r)?;
+                w.write_all(b"\n")
+            }
+            Format::Text => writeln!(w, "{}", pool_text_line(r)),
         },
     }
 }

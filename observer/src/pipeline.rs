@@ -120,6 +120,8 @@ pub(crate) struct Sinks {
     pub(crate) metrics: Option<Arc<Mutex<Metrics>>>,
     /// GPU samples, joined to the records of processes that use a GPU.
     pub(crate) gpu: Option<Arc<Mutex<gpu::History>>>,
+    /// Pool records go to `out` too (`--pools`, `top`, `diagnose`).
+    pub(crate) pools: bool,
 }
 
 /// A finished record to the exporter and the printer, copied only when both
@@ -173,6 +175,9 @@ pub(crate) async fn correlate(
 ) -> anyhow::Result<CorrelatorEnd> {
     let mut table = ConnTable::new(ProcessCache::new("/proc").with_pods(pods), Clock::sample());
     table.keep_query = keep_query;
+    // A lock rather than a RefCell: the correlator's future must be Send
+    // (uncontended: only this task takes it).
+    let pools = Mutex::new(crate::pools::Pools::default());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Closes waiting for an exchange's last bytes end on time even when no
@@ -203,6 +208,9 @@ pub(crate) async fn correlate(
         };
         Stats::add(counter, 1);
         if r.state == State::Closed {
+            if let Ok(mut p) = pools.lock() {
+                p.on_close(&r);
+            }
             // Judged once, for the metrics and the span (GPU joined first).
             r.diagnosis = Some(crate::diagnose::cause_of_conn(&r));
             if let Some(m) = &sinks.metrics {
@@ -247,6 +255,9 @@ pub(crate) async fn correlate(
             r.gpu = gpu_during(pid, r.start_unix_ns, r.end_unix_ns);
         }
         Stats::add(&stats.requests, 1);
+        if let Ok(mut p) = pools.lock() {
+            p.on_request(&r);
+        }
         r.diagnosis = Some(crate::diagnose::cause_of_request(&r));
         if let Some(m) = &sinks.metrics {
             if let Ok(mut m) = m.lock() {
@@ -273,6 +284,29 @@ pub(crate) async fn correlate(
             }
         }
         q.hand_over();
+    };
+    // Once a second: the pools' census, to the metrics and the printer.
+    let pool_tick = |table: &ConnTable| {
+        let now = Clock::sample().to_unix_ns(monotonic_ns());
+        let Ok(mut p) = pools.lock() else { return };
+        table.pool_census(&mut p, now);
+        let records = p.tick(now);
+        stats
+            .pools_untracked
+            .store(p.untracked, std::sync::atomic::Ordering::Relaxed);
+        if let Some(m) = &sinks.metrics {
+            if let Ok(mut m) = m.lock() {
+                crate::export::metrics::pool_series(&mut m, &p);
+            }
+        }
+        let Some(out) = sinks.out.as_ref().filter(|_| sinks.pools) else {
+            return;
+        };
+        for r in records.into_iter().filter(|r| filter.matches_pool(r)) {
+            if out.try_send(output::Line::Pool(Box::new(r))).is_err() {
+                Stats::add(&stats.output_full, 1);
+            }
+        }
     };
     let hand_over = || {
         if let Some(q) = &sinks.export {
@@ -358,6 +392,7 @@ pub(crate) async fn correlate(
                         }
                     }
                 }
+                pool_tick(&table);
                 if !update_interval.is_zero() {
                     let interval = update_interval.as_nanos() as u64;
                     for r in table.periodic(&conns, monotonic_ns(), interval) {
@@ -498,6 +533,8 @@ fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &ebpf::KernelCounters) {
         ("output", Stats::get(&stats.output_full)),
         ("exporter", Stats::get(&stats.export_full)),
         ("dns", Stats::get(&stats.dns_overflow)),
+        // Requests and closes of pools past the cap.
+        ("pools", Stats::get(&stats.pools_untracked)),
         // Plain HTTP connections no longer copied (busy) or never (table full).
         (
             "http",

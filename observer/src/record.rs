@@ -106,6 +106,15 @@ pub struct ConnRecord {
     /// HTTP/2 connections: streams, resets and GOAWAYs seen, and what could
     /// not be read (null: not HTTP/2, or its plaintext was not seen).
     pub http2: Option<crate::http::H2Counts>,
+    /// HTTP requests seen on the connection by its close (HTTP/1.x
+    /// exchanges, or HTTP/2 streams begun); null: no HTTP seen, or an open
+    /// connection's snapshot.
+    pub requests: Option<u32>,
+    /// Which end closed the connection: "client" or "server" (the first
+    /// FIN, by role: the owner is the client of an outbound connection),
+    /// "reset" (either way), or "goaway" (HTTP/2); null: still open, or
+    /// never established.
+    pub closed_by: Option<&'static str>,
     /// The connection was established before the observer started (or
     /// fell out of its table): followed from its first packet seen, which
     /// is `start_unix_ns`; its connect and first bytes are unknown (null).
@@ -289,6 +298,27 @@ fn span(a: u64, b: u64) -> Option<u64> {
 }
 
 impl ConnRecord {
+    /// Who closed this closed record's connection (see `closed_by`);
+    /// `established`: the kernel saw it established.
+    pub fn who_closed(&self, established: bool) -> Option<&'static str> {
+        if self.state != State::Closed || !established {
+            return None;
+        }
+        if self.resets > 0 {
+            return Some("reset");
+        }
+        if self.http2.as_ref().is_some_and(|h| h.goaways > 0) {
+            return Some("goaway");
+        }
+        let owner_is_client = self.direction == Direction::Outbound;
+        let owner_closed = self.peer_fin_unix_ns.is_none();
+        Some(if owner_closed == owner_is_client {
+            "client"
+        } else {
+            "server"
+        })
+    }
+
     /// The answer's first byte: on TLS the `tls` object's only (the
     /// socket's first byte back is the server's handshake flight).
     pub fn answer_ttfb_ns(&self) -> Option<u64> {
@@ -377,6 +407,8 @@ impl ConnRecord {
             diagnosis: None,
             dns: None,
             http2: None,
+            requests: None,
+            closed_by: None,
             began_before_observer: midstream,
             first_tx_unix_ns: (conn.first_tx_ns != 0).then(|| clock.to_unix_ns(conn.first_tx_ns)),
             first_rx_unix_ns: (conn.first_rx_ns != 0).then(|| clock.to_unix_ns(conn.first_rx_ns)),

@@ -33,6 +33,8 @@ pub struct Stats {
     pub dns: AtomicU64,
     /// Wire lookups not followed: the correlator's tables were full.
     pub dns_overflow: AtomicU64,
+    /// Requests and closes of connection pools past `pools::MAX_POOLS`.
+    pub pools_untracked: AtomicU64,
     /// HTTP request records.
     pub requests: AtomicU64,
     /// Answers seen without their request (per-process probes came between).
@@ -178,6 +180,9 @@ pub struct Dropped {
     pub output: u64,
     /// DNS lookups on the wire not followed (too many in flight at once).
     pub dns: u64,
+    /// Requests and closes of connection pools past `pools::MAX_POOLS`
+    /// (left out of the pool figures).
+    pub pools: u64,
 }
 
 impl Dropped {
@@ -189,6 +194,7 @@ impl Dropped {
             + self.channel
             + self.output
             + self.dns
+            + self.pools
     }
 }
 

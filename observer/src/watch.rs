@@ -145,6 +145,7 @@ pub async fn run_with(
         export: None,
         metrics: None,
         gpu: None,
+        pools: args.pools,
     };
     let mut exporter = None;
     let mut export_stats = None;
@@ -299,6 +300,7 @@ pub async fn run_with(
             channel: Stats::get(&stats.channel_full),
             output: Stats::get(&stats.output_full),
             dns: end.dns_overflow,
+            pools: Stats::get(&stats.pools_untracked),
         },
         dns_wire: crate::stats::DnsWireSummary {
             malformed: end.dns_malformed,

@@ -10,6 +10,7 @@
 
 mod dns_ns;
 pub mod otlp;
+pub mod tmux;
 pub use dns_ns::{Asked, DnsNs};
 
 use std::{

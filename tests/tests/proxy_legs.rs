@@ -2,7 +2,8 @@
 //! proxy with keep-alive to a backend that answers after an injected delay.
 //! Each inbound request's record carries its upstream leg and its own time
 //! outside it, checked against nginx's own `$request_time` and
-//! `$upstream_response_time` (its access log); the leg's record is the
+//! `$upstream_response_time` (its access log) and curl's per-transfer
+//! clock; the leg's record is the
 //! child of the inbound request's, linked by method and path (no trace
 //! context sent); 20 concurrent requests on distinct paths link one to
 //! one, none to a wrong request; the backend's own record of each leg is
@@ -82,12 +83,25 @@ fn proxied(test: &str, upstream_tls: bool) {
             "--parallel-max",
         ])
         .arg(PATHS.to_string())
+        // Each transfer's own clock: request about to be sent, and done.
+        .args(["-w", "%{url_effective} %{time_pretransfer} %{time_total}\n"])
         .args(&urls)
         .output()
         .unwrap();
     assert!(out.status.success(), "curl: {out:?}");
     let body = String::from_utf8_lossy(&out.stdout);
     assert_eq!(body.matches("served /p").count(), PATHS, "{body}");
+    // Path -> curl's time from the request to the end of its answer, in ms.
+    let curl_says: HashMap<String, f64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("http://127.0.0.1:{port}")))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let secs = |s: &str| s.parse::<f64>().unwrap_or_else(|_| panic!("{l:?}"));
+            (f[0].to_owned(), (secs(f[2]) - secs(f[1])) * 1e3)
+        })
+        .collect();
+    assert_eq!(curl_says.len(), PATHS, "{body}");
     drop(nginx);
     let w = watch.stop();
     let nginx_says = access_log(&log);
@@ -157,8 +171,18 @@ fn proxied(test: &str, upstream_tls: bool) {
             ours_up >= f64::from(DELAY_MS),
             "{path}: the leg holds the delay"
         );
-        // nginx logs whole milliseconds: within 2 ms of them.
-        assert!((ours - request_time).abs() <= 2.0, "{path}: $request_time");
+        // nginx logs whole milliseconds of its cached clock, read when its
+        // event loop wakes: its figure is within 2 ms of ours, or shorter
+        // when the loop's turn began before the request came in or ended
+        // after work for the other requests (the 20 legs' connects and TLS
+        // handshakes share one worker). Ours is then bounded from above by
+        // curl's own clock for the transfer, which holds nginx's whole time.
+        let curl_ms = curl_says[&path];
+        eprintln!("{path}: curl {curl_ms:.3} ms from request to answer");
+        assert!(
+            ours >= request_time - 2.0 && (ours <= request_time + 2.0 || ours <= curl_ms),
+            "{path}: ours {ours:.3} ms, $request_time {request_time} ms, curl {curl_ms:.3} ms"
+        );
         // nginx starts the upstream clock from its cached time (the event
         // loop's last wake-up), so a request whose upstream connect waited
         // behind the other 19's in one loop turn (each TLS client handshake

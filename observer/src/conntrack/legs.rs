@@ -285,6 +285,7 @@ mod tests {
             comm: *b"proxy\0\0\0\0\0\0\0\0\0\0\0",
             direction: DIR_OUTBOUND,
             remote: None,
+            remote_port: 0,
         });
     }
 

@@ -41,6 +41,8 @@ pub struct Collector {
     lookups: HashMap<(u32, String), Vec<Seen>>,
     /// Calls not kept past [`MAX_RECORDS`].
     pub not_kept: u64,
+    /// Pool records, for "pool leak".
+    pub pools: super::pools::PoolSamples,
 }
 
 /// A lookup's start, the server asked and its retries.
@@ -117,6 +119,7 @@ impl Collector {
                 }
                 true
             }
+            Some("pool") => self.pools.add(v),
             _ => false,
         }
     }

@@ -62,7 +62,9 @@ pub fn from_file(args: &DiagnoseArgs, path: &std::path::Path) -> anyhow::Result<
 /// Live: the observer's pipeline, its records taken here until it stops
 /// (signal or `--duration`).
 pub fn live(args: DiagnoseArgs) -> anyhow::Result<crate::stats::Summary> {
-    let watch_args = args.watch.clone();
+    let mut watch_args = args.watch.clone();
+    // Pool records, for "pool leak".
+    watch_args.pools = true;
     let consumer: watch::Consumer = Box::new(move |mut rx| {
         let mut collector = Collector::default();
         while let Some(line) = rx.blocking_recv() {
@@ -70,6 +72,7 @@ pub fn live(args: DiagnoseArgs) -> anyhow::Result<crate::stats::Summary> {
                 Line::Conn(r) => serde_json::to_value(r),
                 Line::Dns(r) => serde_json::to_value(r),
                 Line::Request(r) => serde_json::to_value(r),
+                Line::Pool(r) => serde_json::to_value(r),
             };
             if let Ok(v) = v {
                 collector.add(&v);
@@ -99,7 +102,8 @@ fn report(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let t: &Thresholds = &args.thresholds;
-    let not_kept = collector.not_kept;
+    let not_kept = collector.not_kept + collector.pools.not_kept;
+    let leaks = collector.pools.leaks(&only(args));
     let calls = collector.calls(&only(args));
     let mut judged: Vec<_> = calls.iter().map(|c| (c, diagnose(c, t))).collect();
     let mut by_cause: BTreeMap<&'static str, u64> = BTreeMap::new();
@@ -117,8 +121,13 @@ fn report(
             serde_json::to_writer(&mut *out, &Verdict::new(c, d, t))?;
             out.write_all(b"\n")?;
         }
+        for l in &leaks {
+            serde_json::to_writer(&mut *out, l)?;
+            out.write_all(b"\n")?;
+        }
         out.flush()?;
         let end = serde_json::json!({
+            "pool_leaks": leaks.len(),
             "calls": judged.len(),
             "shown": shown,
             "by_cause": by_cause,
@@ -155,6 +164,9 @@ fn report(
                 causes.join(", ")
             }
         )?;
+        for l in &leaks {
+            writeln!(out, "{}", l.text())?;
+        }
         if tally.skipped_lines > 0 {
             writeln!(
                 out,

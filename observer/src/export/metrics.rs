@@ -52,6 +52,25 @@ pub const GENAI_SERVER_PER_TOKEN: &str = "gen_ai.server.time_per_output_token";
 pub const RPC_CLIENT: &str = "rpc.client.duration";
 pub const RPC_SERVER: &str = "rpc.server.duration";
 pub const DIAGNOSIS: &str = "observer.diagnosis";
+pub const POOL_OPEN: &str = "observer.pool.connections.open";
+pub const POOL_BUSY: &str = "observer.pool.connections.busy";
+pub const POOL_IDLE: &str = "observer.pool.connections.idle";
+pub const POOL_REQUESTS: &str = "observer.pool.requests";
+pub const POOL_CLOSES: &str = "observer.pool.connection.closes";
+pub const POOL_AGE: &str = "observer.pool.connection.age";
+pub const POOL_CONN_REQUESTS: &str = "observer.pool.connection.requests";
+
+/// A connection's age at close, in seconds: 10 ms to an hour.
+pub const AGE_BUCKETS: [f64; 16] = [
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 2700.0,
+    3600.0,
+];
+
+/// Requests per connection: powers of two, 1 to 32768.
+pub const REQUEST_BUCKETS: [f64; 16] = [
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+    16384.0, 32768.0,
+];
 
 /// Token counts' bucket bounds (the GenAI semantic conventions' advice,
 /// extended to sixteen).
@@ -81,7 +100,13 @@ pub const MS_BUCKETS: [f64; 16] = [
 ];
 
 /// The bucket bounds of histogram `name`.
-fn bounds(name: &str) -> &'static [f64; 16] {
+pub fn bounds(name: &str) -> &'static [f64; 16] {
+    if name == POOL_AGE {
+        return &AGE_BUCKETS;
+    }
+    if name == POOL_CONN_REQUESTS {
+        return &REQUEST_BUCKETS;
+    }
     match describe(name).unit {
         "{token}" => &TOKEN_BUCKETS,
         "ms" => &MS_BUCKETS,
@@ -92,8 +117,9 @@ fn bounds(name: &str) -> &'static [f64; 16] {
 /// A series' attributes, sorted by key.
 pub type Labels = Vec<(&'static str, String)>;
 
+/// One histogram series' buckets.
 #[derive(Clone, Debug, Default)]
-struct Hist {
+pub struct Hist {
     /// One count per bucket, plus the overflow bucket.
     counts: [u64; BUCKETS.len() + 1],
     sum: f64,
@@ -101,7 +127,21 @@ struct Hist {
 }
 
 impl Hist {
-    fn observe(&mut self, bounds: &[f64; 16], v: f64) {
+    /// Values observed.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Adds another series' observations (same bounds).
+    pub fn add(&mut self, o: &Hist) {
+        for (c, n) in self.counts.iter_mut().zip(o.counts) {
+            *c += n;
+        }
+        self.sum += o.sum;
+        self.count += o.count;
+    }
+
+    pub fn observe(&mut self, bounds: &[f64; 16], v: f64) {
         let i = bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len());
         self.counts[i] += 1;
         self.sum += v;
@@ -222,6 +262,41 @@ const DESCRIPTIONS: &[Described] = &[
         name: DIAGNOSIS,
         unit: "{call}",
         description: "Calls by the cause `observer diagnose` names (connections and requests)",
+    },
+    Described {
+        name: POOL_OPEN,
+        unit: "{connection}",
+        description: "Connection pools: a process's outbound connections open to a peer",
+    },
+    Described {
+        name: POOL_BUSY,
+        unit: "{connection}",
+        description: "Connection pools: open connections with an exchange in flight",
+    },
+    Described {
+        name: POOL_IDLE,
+        unit: "{connection}",
+        description: "Connection pools: open connections that had exchanges and have none in flight",
+    },
+    Described {
+        name: POOL_REQUESTS,
+        unit: "{request}",
+        description: "Connection pools: requests, by whether they opened a new connection",
+    },
+    Described {
+        name: POOL_CLOSES,
+        unit: "{connection}",
+        description: "Connection pools: connections closed, by who closed them",
+    },
+    Described {
+        name: POOL_AGE,
+        unit: "s",
+        description: "Connection pools: a connection's age at its close",
+    },
+    Described {
+        name: POOL_CONN_REQUESTS,
+        unit: "{request}",
+        description: "Connection pools: requests a connection carried, at its close",
     },
 ];
 
@@ -445,6 +520,23 @@ impl Metrics {
         self.gauges.remove_metric(metric);
         for (l, v) in values {
             self.gauges.insert(metric, l, v);
+        }
+    }
+
+    /// Replaces every series of counter `metric` (a pool forgotten stops
+    /// being reported).
+    pub fn replace_counters(&mut self, metric: &'static str, values: Vec<(Labels, u64)>) {
+        self.counters.remove_metric(metric);
+        for (l, v) in values {
+            self.counters.insert(metric, l, v);
+        }
+    }
+
+    /// Replaces every series of histogram `metric`.
+    pub fn replace_hists(&mut self, metric: &'static str, values: Vec<(Labels, Hist)>) {
+        self.hists.remove_metric(metric);
+        for (l, v) in values {
+            self.hists.insert(metric, l, v);
         }
     }
 
@@ -1014,6 +1106,77 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// The connection pools' series: gauges of what is open now per process
+/// (executable and pid) and peer; counters and histograms since the
+/// observer started per executable and peer (a short-lived client's counts
+/// add to its executable's). At most `max_series` series of each (the
+/// busiest; the rest counted as overflow).
+pub fn pool_series(m: &mut Metrics, pools: &crate::pools::Pools) {
+    let peer_labels =
+        |exe: &str, server: Option<&std::sync::Arc<str>>, peer: &std::net::SocketAddr| -> Labels {
+            let ip = peer.ip().to_string();
+            vec![
+                ("network.peer.address", ip.clone()),
+                ("network.peer.port", peer.port().to_string()),
+                ("process.executable.name", exe.to_owned()),
+                ("server.address", server.map_or(ip, |s| s.to_string())),
+            ]
+        };
+    let mut open: Vec<_> = pools.open().collect();
+    open.sort_by_key(|(k, _, _, n)| (std::cmp::Reverse(n[0]), **k));
+    m.overflowed += open.len().saturating_sub(m.max_series) as u64;
+    open.truncate(m.max_series);
+    let mut gauges: [Vec<(Labels, f64)>; 3] = Default::default();
+    for (k, exe, server, n) in open {
+        let mut l = peer_labels(&exe, server, &k.peer);
+        l.insert(3, ("process.pid", k.pid.to_string()));
+        for (g, v) in gauges.iter_mut().zip(n) {
+            g.push((l.clone(), f64::from(v)));
+        }
+    }
+    for (metric, values) in [POOL_OPEN, POOL_BUSY, POOL_IDLE].into_iter().zip(gauges) {
+        m.replace_gauges(metric, values);
+    }
+    let mut totals = pools.totals();
+    totals.sort_by(|(a, x), (b, y)| y.requests.cmp(&x.requests).then_with(|| a.cmp(b)));
+    m.overflowed += totals.len().saturating_sub(m.max_series) as u64;
+    totals.truncate(m.max_series);
+    let (mut requests, mut closes, mut ages, mut per_conn) = (vec![], vec![], vec![], vec![]);
+    for (k, t) in totals {
+        let labels = peer_labels(&k.exe, k.server_name.as_ref(), &k.peer);
+        let with = |key: &'static str, v: &str| {
+            let mut l = labels.clone();
+            l.push((key, v.to_owned()));
+            l.sort_by_key(|(k, _)| *k);
+            l
+        };
+        requests.push((with("connection", "new"), t.new_connections));
+        let reused = t.requests.saturating_sub(t.new_connections);
+        requests.push((with("connection", "reused"), reused));
+        let c = &t.closed;
+        for (by, n) in [
+            ("client", c.client),
+            ("server", c.server),
+            ("reset", c.reset),
+            ("goaway", c.goaway),
+        ] {
+            if n > 0 {
+                closes.push((with("closed_by", by), n));
+            }
+        }
+        if t.ages.count() > 0 {
+            ages.push((labels.clone(), t.ages.clone()));
+        }
+        if t.per_connection.count() > 0 {
+            per_conn.push((labels, t.per_connection.clone()));
+        }
+    }
+    m.replace_counters(POOL_REQUESTS, requests);
+    m.replace_counters(POOL_CLOSES, closes);
+    m.replace_hists(POOL_AGE, ages);
+    m.replace_hists(POOL_CONN_REQUESTS, per_conn);
 }
 
 /// The GPUs' latest state as gauges (`hw.*` per device with `hw.id`, per

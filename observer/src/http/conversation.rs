@@ -266,6 +266,19 @@ impl Conversation {
         Some((x.index?, c))
     }
 
+    /// Requests seen so far: HTTP/1.x exchanges, or HTTP/2 streams begun.
+    pub fn requests_seen(&self) -> u32 {
+        self.h2
+            .as_ref()
+            .map_or(self.requests, |h| h.counts().streams)
+    }
+
+    /// Whether an exchange was seen on the connection (its pool use is
+    /// known: idle when none is in flight).
+    pub fn exchanged(&self) -> bool {
+        self.requests_seen() > 0 || self.current.is_some()
+    }
+
     /// An exchange begun and not ended: bytes of it may still be on their
     /// way when the connection's close is seen.
     pub fn in_flight(&self) -> bool {

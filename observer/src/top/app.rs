@@ -78,7 +78,19 @@ fn show(
                 Err(TryRecvError::Disconnected) => return Ok(()),
             }
         }
-        if now >= next_draw {
+        if now >= next_draw && ui.by == By::Pool {
+            let rows = model.pools.rows(model.window(), started, now);
+            let status = Status {
+                ready: ready.load(Ordering::Relaxed),
+                window: model.window(),
+                total: rows.len(),
+            };
+            let rows = super::pools::visible(rows, &ui.filter);
+            screen
+                .terminal
+                .draw(|f| render::draw_pools(f, &ui, &rows, &status))?;
+            next_draw = now + s.interval;
+        } else if now >= next_draw {
             let rows = model.rows(ui.by, now);
             let status = Status {
                 ready: ready.load(Ordering::Relaxed),

@@ -12,11 +12,12 @@ use crate::cli::WatchArgs;
 pub struct TopArgs {
     #[command(flatten)]
     pub watch: WatchArgs,
-    /// One row per process, or per endpoint (`e` switches).
+    /// One row per process, per endpoint (`e` switches), or per
+    /// connection pool (`o`).
     #[arg(
         long,
         value_enum,
-        value_name = "process|endpoint",
+        value_name = "process|endpoint|pool",
         default_value = "process"
     )]
     pub by: By,

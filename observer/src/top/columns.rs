@@ -13,6 +13,9 @@ pub enum By {
     /// One row per remote endpoint (host:port or server name; a server on
     /// this host is its local address and port, marked `in`).
     Endpoint,
+    /// One row per connection pool: a process's connections to one peer
+    /// (open, busy, idle, requests per second, new-connection share).
+    Pool,
 }
 
 /// A column rows can be sorted by (`--sort`, or `<` `>` in the view).
@@ -119,7 +122,7 @@ impl Column {
     pub fn header(self, by: By) -> &'static str {
         match self {
             Self::Key => match by {
-                By::Process => "PID",
+                By::Process | By::Pool => "PID",
                 By::Endpoint => "ENDPOINT",
             },
             Self::Comm => "COMM",
@@ -213,7 +216,7 @@ impl Column {
     pub fn compare(self, by: By, a: &Figures, b: &Figures, reverse: bool) -> Ordering {
         let text = |f: &Figures| -> String {
             match (self, by) {
-                (Self::Comm, By::Process) => f.comm.clone(),
+                (Self::Comm, By::Process | By::Pool) => f.comm.clone(),
                 _ => f.endpoint.clone(),
             }
         };
@@ -226,7 +229,7 @@ impl Column {
                     o
                 }
             }
-            (Self::Key, By::Process) => {
+            (Self::Key, By::Process | By::Pool) => {
                 let o = a.pid.cmp(&b.pid);
                 if reverse {
                     o.reverse()

@@ -11,6 +11,7 @@ pub mod app;
 mod args;
 pub mod columns;
 pub mod model;
+pub mod pools;
 pub mod render;
 mod stderr;
 mod terminal;
@@ -55,7 +56,10 @@ pub fn run(args: TopArgs) -> anyhow::Result<Summary> {
     let capture = stderr::Capture::start().context("holding stderr while the table is up")?;
     let ready = capture.ready();
     let consumer: watch::Consumer = Box::new(move |rx| app::run(rx, settings, ready));
-    let result = runtime.block_on(watch::run_with(args.watch, None, Some(consumer)));
+    let mut watch_args = args.watch;
+    // Pool records, for the pool view.
+    watch_args.pools = true;
+    let result = runtime.block_on(watch::run_with(watch_args, None, Some(consumer)));
     drop(runtime);
     // The terminal is back (the table's thread ended before run_with
     // returned): what the observer said meanwhile can be shown now.

@@ -169,7 +169,7 @@ impl Figures {
         }
         let needle = filter.to_lowercase();
         match by {
-            By::Process => {
+            By::Process | By::Pool => {
                 self.comm.to_lowercase().contains(&needle)
                     || self.pid.is_some_and(|p| p.to_string().contains(&needle))
             }
@@ -184,6 +184,8 @@ pub struct Model {
     started: Instant,
     processes: HashMap<ProcessKey, Series>,
     endpoints: HashMap<EndpointKey, Series>,
+    /// The pool view's rows.
+    pub pools: super::pools::PoolModel,
 }
 
 fn busiest_gpu(g: Option<&GpuRecord>) -> Option<f64> {
@@ -230,6 +232,7 @@ impl Model {
             started,
             processes: HashMap::new(),
             endpoints: HashMap::new(),
+            pools: super::pools::PoolModel::default(),
         }
     }
 
@@ -243,6 +246,7 @@ impl Model {
             Line::Conn(r) => self.add_connection(r, at),
             Line::Request(r) => self.add_request(r, at),
             Line::Dns(r) => self.add_lookup(r, at),
+            Line::Pool(r) => self.pools.add(r, at),
         }
     }
 
@@ -354,6 +358,8 @@ impl Model {
             .max(Duration::from_secs(1))
             .as_secs_f64();
         match by {
+            // The pool view's rows are `pools`'.
+            By::Pool => Vec::new(),
             By::Process => self
                 .processes
                 .iter()

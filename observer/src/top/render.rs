@@ -14,6 +14,7 @@ use ratatui::{
 use super::{
     columns::{By, Column, FIGURES, IMPORTANCE},
     model::Figures,
+    pools::{self, PoolRow},
     ui::Ui,
 };
 
@@ -48,7 +49,7 @@ const MAX_ENDPOINT: usize = 40;
 
 fn layout(width: usize, ui: &Ui, rows: &[Figures]) -> Layout {
     let (key, second) = match ui.by {
-        By::Process => (
+        By::Process | By::Pool => (
             rows.iter()
                 .filter_map(|r| r.pid)
                 .map(|p| p.to_string().len())
@@ -117,7 +118,7 @@ fn fit(s: &str, w: usize) -> String {
 
 fn row_text(l: &Layout, by: By, r: &Figures) -> String {
     let mut line = match by {
-        By::Process => format!(
+        By::Process | By::Pool => format!(
             "{:>kw$} {:<sw$}",
             r.pid.map_or("-".into(), |p| p.to_string()),
             fit(&r.comm, l.second),
@@ -143,22 +144,22 @@ fn header(l: &Layout, ui: &Ui) -> Line<'static> {
     let style = |c: Column| if c == ui.sort { sorted } else { plain };
     let mut spans = Vec::new();
     let (first, second) = match ui.by {
-        By::Process => (Column::Key, Column::Comm),
+        By::Process | By::Pool => (Column::Key, Column::Comm),
         By::Endpoint => (Column::Key, Column::Key),
     };
     let key = format!("{:>w$}", first.header(ui.by), w = l.key);
     let key = match ui.by {
-        By::Process => key,
+        By::Process | By::Pool => key,
         By::Endpoint => format!("{:<w$}", first.header(ui.by), w = l.key),
     };
     spans.push(Span::styled(key, style(first)));
     spans.push(Span::styled(" ", plain));
     let second_text = match ui.by {
-        By::Process => format!("{:<w$}", second.header(ui.by), w = l.second),
+        By::Process | By::Pool => format!("{:<w$}", second.header(ui.by), w = l.second),
         By::Endpoint => "DIR".to_owned(),
     };
     let second_style = match ui.by {
-        By::Process => style(second),
+        By::Process | By::Pool => style(second),
         By::Endpoint => plain,
     };
     spans.push(Span::styled(second_text, second_style));
@@ -176,6 +177,7 @@ fn title(ui: &Ui, shown: usize, s: &Status) -> String {
     let by = match ui.by {
         By::Process => "process",
         By::Endpoint => "endpoint",
+        By::Pool => "pool",
     };
     // Figures sort largest first, names and pids in order.
     let text_column = matches!(ui.sort, Column::Key | Column::Comm);
@@ -210,11 +212,42 @@ fn help(ui: &Ui) -> Line<'static> {
     }
     let other = match ui.by {
         By::Process => "endpoints",
-        By::Endpoint => "processes",
+        By::Endpoint | By::Pool => "processes",
     };
+    if ui.by == By::Pool {
+        return Line::from(format!("q quit  e {other}  / filter  Esc clear"));
+    }
     Line::from(format!(
-        "q quit  e {other}  < > sort  r reverse  / filter  Esc clear"
+        "q quit  e {other}  o pools  < > sort  r reverse  / filter  Esc clear"
     ))
+}
+
+/// Draws the pool view: `rows` as `pools::visible` returned them.
+pub fn draw_pools(frame: &mut Frame, ui: &Ui, rows: &[PoolRow], status: &Status) {
+    let area = frame.area();
+    let (width, height) = (usize::from(area.width), usize::from(area.height));
+    let filter = if ui.filter.is_empty() {
+        String::new()
+    } else {
+        format!(" | filter {}", ui.filter)
+    };
+    let title = format!(
+        "observer top | by pool | sort OPEN desc{filter} | {}/{} rows | {}s | {}",
+        rows.len(),
+        status.total,
+        status.window.as_secs(),
+        if status.ready { "live" } else { "starting" },
+    );
+    let mut lines = vec![Line::from(title)];
+    let body = pools::lines(rows, width);
+    lines.extend(body.into_iter().take(height.saturating_sub(2)));
+    if height >= 3 {
+        while lines.len() < height - 1 {
+            lines.push(Line::default());
+        }
+        lines.push(help(ui));
+    }
+    frame.render_widget(Paragraph::new(lines), area);
 }
 
 /// Draws the whole screen. `rows`: as [`visible`] returned them.

@@ -8,8 +8,10 @@ use super::columns::{By, Column, SORT_ORDER};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Quit,
-    /// Process rows <-> endpoint rows.
+    /// Process rows <-> endpoint rows (from pools: process rows).
     ToggleBy,
+    /// The pool view, or back to process rows.
+    Pools,
     /// Sort by the next (or previous) column.
     SortNext,
     SortPrev,
@@ -71,6 +73,7 @@ impl Ui {
             KeyCode::Char('q') => Some(Action::Quit),
             KeyCode::Esc => Some(Action::FilterClear),
             KeyCode::Char('e' | 'p') | KeyCode::Tab => Some(Action::ToggleBy),
+            KeyCode::Char('o') => Some(Action::Pools),
             KeyCode::Char('>' | '.') | KeyCode::Right => Some(Action::SortNext),
             KeyCode::Char('<' | ',') | KeyCode::Left => Some(Action::SortPrev),
             KeyCode::Char('r') => Some(Action::Reverse),
@@ -85,7 +88,14 @@ impl Ui {
             Action::ToggleBy => {
                 self.by = match self.by {
                     By::Process => By::Endpoint,
-                    By::Endpoint => By::Process,
+                    By::Endpoint | By::Pool => By::Process,
+                }
+            }
+            Action::Pools => {
+                self.by = if self.by == By::Pool {
+                    By::Process
+                } else {
+                    By::Pool
                 }
             }
             Action::SortNext | Action::SortPrev => {
@@ -138,6 +148,10 @@ mod tests {
     #[test]
     fn keys_switch_sort_and_reverse() {
         let mut u = ui();
+        press(&mut u, KeyCode::Char('o'));
+        assert_eq!(u.by, By::Pool);
+        press(&mut u, KeyCode::Char('o'));
+        assert_eq!(u.by, By::Process);
         press(&mut u, KeyCode::Char('e'));
         assert_eq!(u.by, By::Endpoint);
         press(&mut u, KeyCode::Tab);
