@@ -212,19 +212,31 @@ impl Pools {
         }))
     }
 
+    /// The pool of a record's process and peer (made at `start_unix_ns`
+    /// if new), named after the record's process.
+    fn pool_of(
+        &mut self,
+        pid: u32,
+        peer: SocketAddr,
+        start_unix_ns: u64,
+        comm: Option<&Arc<str>>,
+        exe: Option<&Arc<str>>,
+    ) -> Option<&mut Pool> {
+        let p = self.pool(PoolKey { pid, peer }, start_unix_ns)?;
+        p.name(comm, exe);
+        Some(p)
+    }
+
     /// A client request's record.
     pub fn on_request(&mut self, r: &RequestRecord) {
         let Some(pid) = r.pid.filter(|_| r.direction == Direction::Outbound) else {
             return;
         };
-        let key = PoolKey {
-            pid,
-            peer: SocketAddr::new(r.remote_addr, r.remote_port),
-        };
-        let Some(p) = self.pool(key, r.start_unix_ns) else {
+        let peer = SocketAddr::new(r.remote_addr, r.remote_port);
+        let (comm, exe) = (r.comm.as_ref(), r.exe.as_ref());
+        let Some(p) = self.pool_of(pid, peer, r.start_unix_ns, comm, exe) else {
             return;
         };
-        p.name(r.comm.as_ref(), r.exe.as_ref());
         p.t.requests += 1;
         if r.request_index == Some(1) {
             p.t.new_connections += 1;
@@ -238,14 +250,11 @@ impl Pools {
         let (Some(pid), Some(by)) = (r.pid.filter(|_| outbound_closed), r.closed_by) else {
             return;
         };
-        let key = PoolKey {
-            pid,
-            peer: SocketAddr::new(r.remote_addr, r.remote_port),
-        };
-        let Some(p) = self.pool(key, r.start_unix_ns) else {
+        let peer = SocketAddr::new(r.remote_addr, r.remote_port);
+        let (comm, exe) = (r.comm.as_ref(), r.exe.as_ref());
+        let Some(p) = self.pool_of(pid, peer, r.start_unix_ns, comm, exe) else {
             return;
         };
-        p.name(r.comm.as_ref(), r.exe.as_ref());
         if let Some(name) = r.tls.as_ref().and_then(|t| t.server_name.clone()) {
             p.server_name = Some(name);
         }

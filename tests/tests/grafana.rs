@@ -511,6 +511,35 @@ struct Servers {
     llm_plain: HelperServer,
     grpc: HelperServer,
     python_h2: PathBuf,
+    /// A client holding one idle keep-alive connection to `backend` for the
+    /// whole test (the pool panels' open and idle connections: every other
+    /// client here closes its connections).
+    _pooled: (HelperServer, Killed),
+}
+
+/// A keep-alive backend and a client that asks it twice over one
+/// connection, then holds that connection open (tests/helpers).
+fn pooled_client() -> (HelperServer, Killed) {
+    let backend = HelperServer::spawn(
+        Command::new("python3")
+            .arg(helper("delay_backend.py"))
+            .args(["--delay-ms", "0"]),
+    );
+    let mut client = Command::new("python3")
+        .arg(helper("pool_client.py"))
+        .args(["reuse", &backend.port.to_string(), "2", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(client.stdout.take().unwrap()),
+        &mut said,
+    )
+    .unwrap();
+    assert!(said.contains("\"opened\": 1"), "{said}");
+    (backend, Killed(client))
 }
 
 /// One round of traffic that feeds every panel: a name lookup through a DNS
@@ -773,6 +802,7 @@ fn every_panel_has_data_from_a_real_prometheus() {
                 .arg("server"),
         ),
         python_h2,
+        _pooled: pooled_client(),
     };
 
     // Rates need a series scraped before and after an increase: rounds of

@@ -70,15 +70,20 @@ impl Drop for Client {
     }
 }
 
-/// The three clients against `port`, started together; their own counts
-/// once all are done (by mode).
-fn three_clients(port: u16) -> (HashMap<&'static str, Client>, HashMap<&'static str, Value>) {
+/// The three clients against `port`, started together, once all are done
+/// and their own counts checked; with their pids (by mode).
+fn three_clients(port: u16) -> (HashMap<&'static str, Client>, HashMap<&'static str, String>) {
     let mut clients: HashMap<&'static str, Client> = ["reuse", "new", "leak"]
         .into_iter()
         .map(|m| (m, Client::start(m, port)))
         .collect();
     let said = clients.iter_mut().map(|(m, c)| (*m, c.done())).collect();
-    (clients, said)
+    check_counts(&said);
+    let pids = clients
+        .iter()
+        .map(|(m, c)| (*m, c.pid().to_string()))
+        .collect();
+    (clients, pids)
 }
 
 fn backend() -> HelperServer {
@@ -122,12 +127,7 @@ fn metrics_and_records_show_each_clients_pool() {
             "outbound",
         ]);
     let run = Watch::spawn(cmd);
-    let (clients, said) = three_clients(server.port);
-    check_counts(&said);
-    let pids: HashMap<&str, String> = clients
-        .iter()
-        .map(|(m, c)| (*m, c.pid().to_string()))
-        .collect();
+    let (clients, pids) = three_clients(server.port);
     let pid = |m: &str| pids[m].clone();
     let label = |m: &str| format!("process_pid=\"{}\"", pid(m));
     // Open and idle come from the table's census, once a second.
@@ -272,12 +272,7 @@ fn top_shows_each_pool_and_live_diagnose_names_the_leak() {
         s.first()
             .is_some_and(|l| l.contains("by pool") && l.ends_with("| live"))
     });
-    let (clients, said) = three_clients(server.port);
-    check_counts(&said);
-    let pids: HashMap<&str, String> = clients
-        .iter()
-        .map(|(m, c)| (*m, c.pid().to_string()))
-        .collect();
+    let (clients, pids) = three_clients(server.port);
     let pid = |m: &str| pids[m].clone();
     let want = |rows: &[HashMap<String, String>], m: &str, open: u64, new_pct: u64| {
         row_of(rows, "PID", &pid(m)).is_some_and(|r| {

@@ -1377,4 +1377,63 @@ mod tests {
             "each overflowed value counted"
         );
     }
+
+    #[test]
+    fn pools_give_gauges_per_process_and_counters_per_executable() {
+        use crate::{
+            pools::{Pools, Use},
+            record::Owner,
+            top::model::tests::{conn, request_of},
+        };
+        let mut pools = Pools::default();
+        let peer: std::net::SocketAddr = "10.0.0.2:8080".parse().expect("an address");
+        // Two processes of one executable: one connection each, one idle
+        // and one busy; three requests, two on new connections.
+        for (pid, u) in [(7, Use::Idle), (8, Use::Busy)] {
+            let owner = Owner {
+                pid,
+                tid: pid,
+                comm: "client".into(),
+                thread_comm: "client".into(),
+                exe: Some("/usr/bin/client".into()),
+                container: None,
+            };
+            pools.count(&owner, peer, None, u, 1);
+            let mut q = request_of(&conn(pid, "client", 8080, 5));
+            q.exe = owner.exe.clone();
+            pools.on_request(&q);
+        }
+        let mut q = request_of(&conn(7, "client", 8080, 5));
+        q.request_index = Some(2);
+        pools.on_request(&q);
+        let mut m = Metrics::new(100, 0);
+        pool_series(&mut m, &pools);
+        let t = m.prometheus();
+        let peer_labels = "network_peer_address=\"10.0.0.2\",network_peer_port=\"8080\",process_executable_name=\"client\"";
+        assert!(
+            t.contains(&format!("observer_pool_connections_idle{{{peer_labels},process_pid=\"7\",server_address=\"10.0.0.2\"}} 1")),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("observer_pool_connections_busy{{{peer_labels},process_pid=\"8\",server_address=\"10.0.0.2\"}} 1")),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("observer_pool_requests_total{{connection=\"new\",{peer_labels},server_address=\"10.0.0.2\"}} 2")),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("observer_pool_requests_total{{connection=\"reused\",{peer_labels},server_address=\"10.0.0.2\"}} 1")),
+            "{t}"
+        );
+        // The next census finds nothing open: the gauges say so.
+        pools.begin_census();
+        pool_series(&mut m, &pools);
+        let t = m.prometheus();
+        assert!(
+            t.contains("observer_pool_connections_open{")
+                && !t.contains("process_pid=\"7\",server_address=\"10.0.0.2\"} 1"),
+            "{t}"
+        );
+    }
 }
