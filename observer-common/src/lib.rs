@@ -42,6 +42,31 @@ pub const SK_LOCK_OWNED_OFFSET_GLOBAL: &str = "SK_LOCK_OWNED_OFFSET";
 /// own byte and segment counters.
 pub const TCP_COUNTERS_GLOBAL: &str = "TCP_COUNTERS";
 
+/// Global ([`SockTuple`]): where a socket keeps its protocol, family,
+/// ports and addresses, for the raw `sock:inet_sock_set_state` program.
+pub const SOCK_TUPLE_GLOBAL: &str = "SOCK_TUPLE";
+
+/// Byte offsets (from BTF) of the fields the classic
+/// `sock:inet_sock_set_state` record copies from the socket: `sock_common`'s
+/// family, destination port and addresses, `sock`'s protocol, and
+/// `inet_sock`'s source port and address. `family == 0`: unknown (the raw
+/// program is not attached; the classic one reads the record instead).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockTuple {
+    pub family: u32,
+    pub protocol: u32,
+    /// `__be16`, as the peer's port is kept.
+    pub dport: u32,
+    /// `inet_sock.inet_sport`, `__be16`.
+    pub sport: u32,
+    /// `inet_sock.inet_saddr`.
+    pub saddr: u32,
+    pub daddr: u32,
+    pub saddr_v6: u32,
+    pub daddr_v6: u32,
+}
+
 /// Byte offsets in `struct tcp_sock` (from BTF) of the counters a record's
 /// bytes and segments are copied from, and of `sock.sk_flags`; 0: unknown
 /// (the field stays 0).
@@ -446,6 +471,7 @@ mod pod {
     unsafe impl aya::Pod for super::tls::go::FdWalk {}
     unsafe impl aya::Pod for super::hold::ExeWalk {}
     unsafe impl aya::Pod for super::TcpCounters {}
+    unsafe impl aya::Pod for super::SockTuple {}
     unsafe impl aya::Pod for super::hold::ExeKey {}
 }
 

@@ -196,6 +196,14 @@ fn sk_u32(sk: u64, off: u32) -> u32 {
     unsafe { bpf_probe_read_kernel((sk + u64::from(off)) as *const u32) }.unwrap_or(0)
 }
 
+/// Reads a field of any type of the socket at `off`, which may be 0 (the
+/// peer's address starts `struct sock`): the caller knows the offsets.
+#[inline(always)]
+pub fn sk_field<T: Copy + Default>(sk: u64, off: u32) -> T {
+    // SAFETY: as in `sk_u32`.
+    unsafe { bpf_probe_read_kernel((sk + u64::from(off)) as *const T) }.unwrap_or_default()
+}
+
 /// Reads a 64-bit field of the socket at `off` (0: offset unknown -> 0).
 #[inline(always)]
 fn sk_u64(sk: u64, off: u32) -> u64 {

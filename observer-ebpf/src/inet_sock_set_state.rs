@@ -1,7 +1,16 @@
 //! `sock:inet_sock_set_state`: the life of every TCP connection.
 //!
-//! Format (6.x): skaddr, oldstate, newstate, sport, dport, family, protocol,
-//! saddr[4], daddr[4], saddr_v6[16], daddr_v6[16].
+//! Attached raw (the tracepoint's arguments: socket, old and new state), the
+//! ports and addresses read from the socket at offsets from BTF. A classic
+//! tracepoint program is skipped whenever another tracing program (a uprobe
+//! on a TLS library, say) runs on the same CPU, and a SYN's timeout or a
+//! peer's FIN handled in softirq over such a program went unseen: the record
+//! lost its port and its error. A raw tracepoint guards recursion per
+//! program. Without BTF the classic record is read instead
+//! (`inet_sock_set_state_record`, same handling).
+//!
+//! Format of the classic record (6.x): skaddr, oldstate, newstate, sport,
+//! dport, family, protocol, saddr[4], daddr[4], saddr_v6[16], daddr_v6[16].
 //!
 //! CLOSE -> SYN_SENT runs inside connect(), in the connecting task: that is where
 //! outbound connections get their owner. The passive side's SYN_RECV ->
@@ -10,61 +19,151 @@
 //! a payload on them (see `conn_packets`).
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
+    helpers::bpf_get_current_pid_tgid,
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
 };
 use observer_common::{
-    tcp_state::*, tracepoints::inet_sock_set_state as f, Conn, Counter, AF_INET6, DIR_INBOUND,
-    DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED, IPPROTO_TCP,
+    tcp_state::*, tracepoints::inet_sock_set_state as f, Conn, Counter, SockTuple, AF_INET6,
+    DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED, FLAG_OWNED, IPPROTO_TCP,
 };
 
 use crate::{
     ctx::{current_comm_into, field, now_ns, zeroed_in},
-    events::{emit_close, emit_owner, sk_err, sk_srtt_us},
-    maps::{count, emit_at_destroy, own_tgid, CONNS},
+    events::{emit_close, emit_owner, sk_err, sk_field, sk_srtt_us},
+    maps::{count, emit_at_destroy, own_tgid, sock_tuple, CONNS},
 };
 
-#[tracepoint]
-pub fn inet_sock_set_state(ctx: TracePointContext) -> u32 {
-    try_inet_sock_set_state(&ctx);
+#[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
+    let old: u64 = ctx.arg(1);
+    let new: u64 = ctx.arg(2);
+    let change = Raw {
+        sk: ctx.arg(0),
+        old: old as i32,
+        new: new as i32,
+        at: sock_tuple(),
+    };
+    on_change(&change);
     0
 }
 
+#[tracepoint]
+pub fn inet_sock_set_state_record(ctx: TracePointContext) -> u32 {
+    on_change(&Record(&ctx));
+    0
+}
+
+/// One state change of a socket, whichever way it was read.
+trait Change {
+    fn sk(&self) -> u64;
+    fn states(&self) -> (i32, i32);
+    fn protocol(&self) -> u16;
+    /// The local port, host order.
+    fn sport(&self) -> u16;
+    /// Copies the 4-tuple into `conn`.
+    fn fill_tuple(&self, conn: &mut Conn);
+}
+
+/// The classic tracepoint's record.
+struct Record<'a>(&'a TracePointContext);
+
+impl Change for Record<'_> {
+    fn sk(&self) -> u64 {
+        field(self.0, f::SKADDR)
+    }
+
+    fn states(&self) -> (i32, i32) {
+        (field(self.0, f::OLDSTATE), field(self.0, f::NEWSTATE))
+    }
+
+    fn protocol(&self) -> u16 {
+        field(self.0, f::PROTOCOL)
+    }
+
+    fn sport(&self) -> u16 {
+        field(self.0, f::SPORT)
+    }
+
+    #[inline(always)]
+    fn fill_tuple(&self, conn: &mut Conn) {
+        let ctx = self.0;
+        conn.sport = field(ctx, f::SPORT);
+        conn.dport = field(ctx, f::DPORT);
+        conn.family = field(ctx, f::FAMILY);
+        if conn.family == AF_INET6 {
+            conn.saddr = field(ctx, f::SADDR_V6);
+            conn.daddr = field(ctx, f::DADDR_V6);
+        } else {
+            let s: [u8; 4] = field(ctx, f::SADDR);
+            let d: [u8; 4] = field(ctx, f::DADDR);
+            conn.saddr[..4].copy_from_slice(&s);
+            conn.daddr[..4].copy_from_slice(&d);
+        }
+    }
+}
+
+/// The raw tracepoint's arguments; the rest read from the socket the way
+/// the classic record copies it.
+struct Raw {
+    sk: u64,
+    old: i32,
+    new: i32,
+    at: SockTuple,
+}
+
+impl Change for Raw {
+    fn sk(&self) -> u64 {
+        self.sk
+    }
+
+    fn states(&self) -> (i32, i32) {
+        (self.old, self.new)
+    }
+
+    fn protocol(&self) -> u16 {
+        sk_field(self.sk, self.at.protocol)
+    }
+
+    fn sport(&self) -> u16 {
+        u16::from_be(sk_field(self.sk, self.at.sport))
+    }
+
+    #[inline(always)]
+    fn fill_tuple(&self, conn: &mut Conn) {
+        let (sk, at) = (self.sk, &self.at);
+        conn.sport = self.sport();
+        conn.dport = u16::from_be(sk_field(sk, at.dport));
+        conn.family = sk_field(sk, at.family);
+        if conn.family == AF_INET6 {
+            conn.saddr = sk_field(sk, at.saddr_v6);
+            conn.daddr = sk_field(sk, at.daddr_v6);
+        } else {
+            let s: [u8; 4] = sk_field(sk, at.saddr);
+            let d: [u8; 4] = sk_field(sk, at.daddr);
+            conn.saddr[..4].copy_from_slice(&s);
+            conn.daddr[..4].copy_from_slice(&d);
+        }
+    }
+}
+
 #[inline(always)]
-fn try_inet_sock_set_state(ctx: &TracePointContext) -> Option<()> {
-    if field::<u16>(ctx, f::PROTOCOL) != IPPROTO_TCP {
+fn on_change(c: &impl Change) -> Option<()> {
+    if c.protocol() != IPPROTO_TCP {
         return None;
     }
-    let sk: u64 = field(ctx, f::SKADDR);
-    let old: i32 = field(ctx, f::OLDSTATE);
-    let new: i32 = field(ctx, f::NEWSTATE);
-    match (old, new) {
-        (CLOSE, SYN_SENT) => on_connect(ctx, sk),
-        (SYN_SENT, ESTABLISHED) => on_established(ctx, sk),
-        (SYN_RECV, ESTABLISHED) => on_accepted(ctx, sk),
-        (_, CLOSE) => on_close(ctx, sk, old),
-        (ESTABLISHED, _) => on_closing(sk, new),
+    let sk = c.sk();
+    match c.states() {
+        (CLOSE, SYN_SENT) => on_connect(c, sk),
+        (SYN_SENT, ESTABLISHED) => on_established(c, sk),
+        (SYN_RECV, ESTABLISHED) => on_accepted(c, sk),
+        (old, CLOSE) => on_close(c, sk, old),
+        (ESTABLISHED, new) => on_closing(sk, new),
         _ => None,
     }
 }
 
-/// Copies the 4-tuple of the record into `conn`.
-#[inline(always)]
-fn fill_tuple(ctx: &TracePointContext, conn: &mut Conn) {
-    conn.sport = field(ctx, f::SPORT);
-    conn.dport = field(ctx, f::DPORT);
-    conn.family = field(ctx, f::FAMILY);
-    if conn.family == AF_INET6 {
-        conn.saddr = field(ctx, f::SADDR_V6);
-        conn.daddr = field(ctx, f::DADDR_V6);
-    } else {
-        let s: [u8; 4] = field(ctx, f::SADDR);
-        let d: [u8; 4] = field(ctx, f::DADDR);
-        conn.saddr[..4].copy_from_slice(&s);
-        conn.daddr[..4].copy_from_slice(&d);
-    }
-}
-
-fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
+fn on_connect(c: &impl Change, sk: u64) -> Option<()> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if tgid == own_tgid() {
@@ -80,24 +179,24 @@ fn on_connect(ctx: &TracePointContext, sk: u64) -> Option<()> {
     current_comm_into(&mut conn.comm);
     conn.direction = DIR_OUTBOUND;
     conn.flags = FLAG_OWNED;
-    fill_tuple(ctx, conn);
+    c.fill_tuple(conn);
     track(sk, conn, Counter::OutboundOpened, now)?;
     emit_owner(sk, conn, now);
     Some(())
 }
 
-fn on_established(ctx: &TracePointContext, sk: u64) -> Option<()> {
+fn on_established(c: &impl Change, sk: u64) -> Option<()> {
     let conn = CONNS.get_ptr_mut(&sk)?;
     // SAFETY: a pointer into a map value, valid for this program run.
     let conn = unsafe { &mut *conn };
     conn.established_ns = now_ns();
     conn.flags |= FLAG_ESTABLISHED;
     // The source port and address are only final now.
-    fill_tuple(ctx, conn);
+    c.fill_tuple(conn);
     Some(())
 }
 
-fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
+fn on_accepted(c: &impl Change, sk: u64) -> Option<()> {
     let now = now_ns();
     let mut slot = core::mem::MaybeUninit::<Conn>::uninit();
     let conn = zeroed_in(&mut slot);
@@ -106,7 +205,7 @@ fn on_accepted(ctx: &TracePointContext, sk: u64) -> Option<()> {
     conn.established_ns = now;
     conn.direction = DIR_INBOUND;
     conn.flags = FLAG_ESTABLISHED;
-    fill_tuple(ctx, conn);
+    c.fill_tuple(conn);
     track(sk, conn, Counter::InboundOpened, now)
 }
 
@@ -144,7 +243,7 @@ fn on_closing(sk: u64, new: i32) -> Option<()> {
 
 /// Marks the connection closed. The kernel sets `sk_err` before it moves a
 /// failed socket to CLOSE, so a timeout or unreachable host reads here.
-fn on_close(ctx: &TracePointContext, sk: u64, old: i32) -> Option<()> {
+fn on_close(ch: &impl Change, sk: u64, old: i32) -> Option<()> {
     let Some(conn) = CONNS.get_ptr_mut(&sk) else {
         // Listeners and never-established children close too; only count the rest.
         if old != LISTEN && old != SYN_RECV {
@@ -162,7 +261,7 @@ fn on_close(ctx: &TracePointContext, sk: u64, old: i32) -> Option<()> {
         c.srtt_us = sk_srtt_us(sk);
     }
     // A refused connect has its source port only now.
-    c.sport = field(ctx, f::SPORT);
+    c.sport = ch.sport();
     if !emit_at_destroy() {
         emit_close(sk, conn, now);
     }

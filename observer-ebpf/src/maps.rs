@@ -10,7 +10,7 @@ use observer_common::{
         RustlsThread, TlsCall, TlsCallKey, TlsProc, TlsSession, TlsSessionKey, MAX_TLS_CONNS,
         MAX_TLS_PROCS, MAX_TLS_SESSIONS, MAX_TLS_THREADS,
     },
-    Conn, Counter, TcpCounters, TlsConn, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS,
+    Conn, Counter, SockTuple, TcpCounters, TlsConn, COUNTER_SLOTS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES,
 };
 
@@ -63,6 +63,24 @@ static TCP_COUNTERS: TcpCounters = TcpCounters {
 #[inline(always)]
 pub fn tcp_counters() -> TcpCounters {
     unsafe { core::ptr::read_volatile(&TCP_COUNTERS) }
+}
+
+/// Where a socket's family, protocol, ports and addresses are, from BTF.
+#[no_mangle]
+static SOCK_TUPLE: SockTuple = SockTuple {
+    family: 0,
+    protocol: 0,
+    dport: 0,
+    sport: 0,
+    saddr: 0,
+    daddr: 0,
+    saddr_v6: 0,
+    daddr_v6: 0,
+};
+
+#[inline(always)]
+pub fn sock_tuple() -> SockTuple {
+    unsafe { core::ptr::read_volatile(&SOCK_TUPLE) }
 }
 
 /// Byte offset of `sk_lock.owned` in `struct sock`, from BTF; 0 when unknown.

@@ -1,17 +1,22 @@
 //! `tcp:tcp_retransmit_skb`, `tcp:tcp_receive_reset` and `tcp:tcp_send_reset`:
-//! the health of a tracked connection. All carry the socket pointer; sockets we
+//! the health of a tracked connection. All take the socket first; sockets we
 //! do not track cost one map lookup. (The RTT is read from the socket instead
 //! of tcp:tcp_probe, which runs for every received segment.)
+//!
+//! Raw tracepoints: these run in softirq (a retransmit timer, a reset
+//! received), where a classic tracepoint program is skipped if it interrupted
+//! another tracing program on that CPU, and a lost reset turned "refused"
+//! into "aborted". A raw one is guarded per program and builds no record.
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use observer_common::{tracepoints, FLAG_RESET_RX};
+use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use observer_common::FLAG_RESET_RX;
 
-use crate::{ctx::field, maps::CONNS};
+use crate::maps::CONNS;
 
-/// Format: skbaddr, skaddr, state, sport, dport, family, addresses, err.
-#[tracepoint]
-pub fn tcp_retransmit_skb(ctx: TracePointContext) -> u32 {
-    let sk: u64 = field(&ctx, tracepoints::tcp_retransmit_skb::SKADDR);
+/// Arguments: (sk, skb).
+#[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
+pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
     if let Some(conn) = CONNS.get_ptr_mut(&sk) {
         // SAFETY: map value valid for this program run.
         unsafe { (*conn).retransmits = (*conn).retransmits.wrapping_add(1) };
@@ -19,12 +24,12 @@ pub fn tcp_retransmit_skb(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Format: skaddr, sport, dport, family, addresses, sock_cookie. Fires before
-/// the socket is torn down, so the CLOSE that follows can tell "refused" (RST in
-/// SYN_SENT) and "reset" apart from an orderly close.
-#[tracepoint]
-pub fn tcp_receive_reset(ctx: TracePointContext) -> u32 {
-    let sk: u64 = field(&ctx, tracepoints::tcp_receive_reset::SKADDR);
+/// Arguments: (sk). Fires before the socket is torn down, so the CLOSE that
+/// follows can tell "refused" (RST in SYN_SENT) and "reset" apart from an
+/// orderly close.
+#[raw_tracepoint(tracepoint = "tcp_receive_reset")]
+pub fn tcp_receive_reset(ctx: RawTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
     if let Some(conn) = CONNS.get_ptr_mut(&sk) {
         // SAFETY: map value valid for this program run.
         unsafe {
@@ -35,11 +40,11 @@ pub fn tcp_receive_reset(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Format: skbaddr, skaddr (NULL when answering a segment for no socket), state,
-/// reason, saddr[28], daddr[28].
-#[tracepoint]
-pub fn tcp_send_reset(ctx: TracePointContext) -> u32 {
-    let sk: u64 = field(&ctx, tracepoints::tcp_send_reset::SKADDR);
+/// Arguments: (sk, skb[, reason]); sk is NULL when answering a segment for no
+/// socket.
+#[raw_tracepoint(tracepoint = "tcp_send_reset")]
+pub fn tcp_send_reset(ctx: RawTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
     if sk == 0 {
         return 0;
     }

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use observer_common::{hold::ExeWalk, tls::go::FdWalk, TcpCounters};
+use observer_common::{hold::ExeWalk, tls::go::FdWalk, SockTuple, TcpCounters};
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
@@ -227,6 +227,10 @@ pub struct KernelOffsets {
     /// (all 0 when not found: bytes and segments read 0).
     #[serde(skip)]
     pub tcp_counters: TcpCounters,
+    /// Where a socket's ports and addresses are, for the raw connection
+    /// tracepoint (`family == 0`: not found, the classic one is used).
+    #[serde(skip)]
+    pub sock_tuple: SockTuple,
     /// Where a task's open files are, to go from a Go connection's file
     /// descriptor to its socket; None: Go connections stay untied.
     #[serde(skip)]
@@ -259,11 +263,20 @@ pub fn kernel_offsets() -> Result<KernelOffsets, String> {
     let tcp_counters = tcp_counters_of(&types)
         .map_err(|e| tracing::warn!("connections' bytes and segments cannot be read: {e}"))
         .unwrap_or_default();
+    let sock_tuple = sock_tuple_of(&types)
+        .map_err(|e| {
+            tracing::warn!(
+                "connections are read from the classic tracepoint record (lost while another \
+                 tracing program runs on the same CPU): {e}"
+            )
+        })
+        .unwrap_or_default();
     Ok(KernelOffsets {
         sk_err: get("sock", "sk_err")?,
         srtt_us: get("tcp_sock", "srtt_us")?,
         sk_lock_owned,
         tcp_counters,
+        sock_tuple,
         fd_to_socket: fd_walk.is_some(),
         fd_walk,
         exe_walk,
@@ -278,6 +291,23 @@ fn tcp_counters_of(t: &Types) -> Result<TcpCounters, BtfError> {
         data_segs_out: t.member("tcp_sock", "data_segs_out")?,
         data_segs_in: t.member("tcp_sock", "data_segs_in")?,
         sk_flags: t.nested_member("sock", "__sk_common", "skc_flags")?,
+    })
+}
+
+/// What the classic `sock:inet_sock_set_state` record copies: `sock`'s
+/// family, protocol, peer port and addresses, `inet_sock`'s source port and
+/// address (an `inet_sock` starts with its `sock`).
+fn sock_tuple_of(t: &Types) -> Result<SockTuple, BtfError> {
+    let common = |m: &str| t.nested_member("sock", "__sk_common", m);
+    Ok(SockTuple {
+        family: common("skc_family")?,
+        protocol: t.member("sock", "sk_protocol")?,
+        dport: common("skc_dport")?,
+        sport: t.member("inet_sock", "inet_sport")?,
+        saddr: t.member("inet_sock", "inet_saddr")?,
+        daddr: common("skc_daddr")?,
+        saddr_v6: common("skc_v6_rcv_saddr")?,
+        daddr_v6: common("skc_v6_daddr")?,
     })
 }
 

@@ -142,6 +142,8 @@ fn rows(states: &[(&'static Program, ProgramState)]) -> (Vec<ProbeRow>, Vec<Prog
     let probes = states
         .iter()
         .filter(|(p, _)| p.feature == Feature::Connections && p.hook.attaches())
+        // A stand-in is a row only where it stands in.
+        .filter(|(p, s)| !(crate::programs::is_stand_in(p.name) && s.attached == 0))
         .map(|(p, s)| ProbeRow {
             program: p.name,
             tracepoint: p.hook.target(),
@@ -351,12 +353,12 @@ pub fn print(r: &Report, verbose: bool) {
     }
     println!("programs (the whole eBPF object):");
     println!(
-        "  {:<22} {:<21} {:<9} {:<10} {:>4}  TARGET / WHAT IT GIVES",
+        "  {:<26} {:<21} {:<9} {:<10} {:>4}  TARGET / WHAT IT GIVES",
         "PROGRAM", "FEATURE", "REQUIRED", "STATUS", "AT"
     );
     for p in &r.programs {
         println!(
-            "  {:<22} {:<21} {:<9} {:<10} {:>4}  {}: {}",
+            "  {:<26} {:<21} {:<9} {:<10} {:>4}  {}: {}",
             p.program,
             feature_label(p),
             yes(p.required),
@@ -366,13 +368,13 @@ pub fn print(r: &Report, verbose: bool) {
             p.gives
         );
         for e in &p.state.errors {
-            println!("  {:<22} -> {e}", "");
+            println!("  {:<26} -> {e}", "");
         }
         if verbose {
             if let Some(log) = &p.state.verifier_log {
-                println!("  {:<22} verifier log:", "");
+                println!("  {:<26} verifier log:", "");
                 for l in log.lines() {
-                    println!("  {:<24}{l}", "");
+                    println!("  {:<28}{l}", "");
                 }
             }
         }

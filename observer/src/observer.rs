@@ -117,16 +117,11 @@ impl Observer {
         let tracefs = tracefs::find_or_mount()?;
         let loaded = ebpf::load(&options.load, options.dns_wire, &tracefs)?;
         let mut probes = Probes::new(loaded.ebpf);
-        for p in programs::of(Feature::Connections) {
-            let r = if p.hook.attaches() {
-                probes.attach_tracepoint(p.name, &tracefs)
-            } else {
-                probes.load(p.name)
-            };
-            if let Err(e) = r {
-                tracing::warn!(program = p.name, "lost: {}: {}", p.gives, ebpf::chain(&e));
-            }
-        }
+        let sock_layout = loaded
+            .offsets
+            .as_ref()
+            .is_ok_and(|o| o.sock_tuple.family != 0);
+        attach_connections(&mut probes, &tracefs, sock_layout);
         let dns = dns::attach(
             &mut probes,
             options.dns_wire,
@@ -214,14 +209,51 @@ impl Observer {
     }
 }
 
+/// The connection programs (tracepoints, and the one run by the observer).
+/// The raw lifecycle program needs the socket layout from BTF; without it,
+/// or when it fails, its classic stand-in goes on instead.
+fn attach_connections(probes: &mut Probes, tracefs: &Path, sock_layout: bool) {
+    for p in programs::of(Feature::Connections) {
+        if programs::is_stand_in(p.name) {
+            continue;
+        }
+        let r = if !p.hook.attaches() {
+            probes.load(p.name).map_err(|e| ebpf::chain(&e))
+        } else if p.name == programs::CONNECTIONS && !sock_layout {
+            let e = "the socket layout is unknown (no kernel BTF)".to_string();
+            probes.note_external(p.name, Err(e.clone()));
+            Err(e)
+        } else {
+            probes
+                .attach_tracepoint(p.name, tracefs)
+                .map_err(|e| ebpf::chain(&e))
+        };
+        let Err(e) = r else { continue };
+        match programs::stand_in(p.name) {
+            Some(other) => match probes.attach_tracepoint(other, tracefs) {
+                Ok(()) => tracing::warn!(program = p.name, "{e}; {other} stands in"),
+                Err(e2) => tracing::warn!(
+                    program = p.name,
+                    "lost: {}: {e}; {other}: {}",
+                    p.gives,
+                    ebpf::chain(&e2)
+                ),
+            },
+            None => tracing::warn!(program = p.name, "lost: {}: {e}", p.gives),
+        }
+    }
+}
+
 /// Is a program required under this kernel's choices?
 pub fn required(p: &Program, emit_at_destroy: bool) -> bool {
     p.required || (emit_at_destroy && p.name == "tcp_destroy_sock")
 }
 
 fn verdict(probes: &Probes, emit_at_destroy: bool) -> Result<(), LoadError> {
+    let attached = |name: &str| probes.state(name).is_some_and(|s| s.attached > 0);
     for (p, s) in probes.states() {
-        if required(p, emit_at_destroy) && s.attached == 0 {
+        let stood_in = programs::stand_in(p.name).is_some_and(attached);
+        if required(p, emit_at_destroy) && s.attached == 0 && !stood_in {
             return Err(LoadError::Required {
                 program: p.name,
                 gives: p.gives,
@@ -290,7 +322,11 @@ impl View<'_> {
 
     fn connections(&self) -> State {
         let mut rows = self.rows(Feature::Connections);
-        rows.retain(|(p, _)| p.hook.attaches());
+        let on = |name: &str| self.probes.state(name).is_some_and(|s| s.attached > 0);
+        // A stand-in counts only where it stands in.
+        rows.retain(|(p, _)| {
+            p.hook.attaches() && !(programs::is_stand_in(p.name) && on(programs::CONNECTIONS))
+        });
         let attached = rows.iter().filter(|(_, s)| s.attached > 0).count();
         let mut missing: Vec<String> = rows
             .iter()

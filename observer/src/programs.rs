@@ -163,6 +163,18 @@ const fn tp(name: &'static str, layout: Layout, required: bool, gives: &'static 
     }
 }
 
+/// A raw tracepoint of the connection feature.
+const fn raw(name: &'static str, layout: Layout, gives: &'static str) -> Program {
+    Program {
+        name,
+        hook: Hook::RawTracePoint { layout },
+        feature: Feature::Connections,
+        also: None,
+        required: false,
+        gives,
+    }
+}
+
 const fn up(
     name: &'static str,
     ret: bool,
@@ -192,6 +204,23 @@ const GO_HANDSHAKES: &[(Library, &str)] = &[
     (Go, "crypto/tls.(*Conn).serverHandshake"),
 ];
 
+/// The connection lifecycle program (raw: it reads the socket at offsets
+/// from BTF).
+pub const CONNECTIONS: &str = "inet_sock_set_state";
+/// The same handling on the classic tracepoint's record, attached instead
+/// of [`CONNECTIONS`] when the kernel's BTF does not give the socket layout.
+pub const CONNECTIONS_RECORD: &str = "inet_sock_set_state_record";
+
+/// A program and the one that stands in for it when it cannot attach.
+pub fn stand_in(name: &str) -> Option<&'static str> {
+    (name == CONNECTIONS).then_some(CONNECTIONS_RECORD)
+}
+
+/// Whether the program only stands in for another (attached in its place).
+pub fn is_stand_in(name: &str) -> bool {
+    name == CONNECTIONS_RECORD
+}
+
 /// Each TLS handshake-path hit costs a trap (~5 us here) in every process, so
 /// only what must be seen from a session's start is on TLS libraries for all
 /// processes. Not SSL_free nor SSL_set_accept_state: on a busy server they
@@ -200,11 +229,22 @@ const GO_HANDSHAKES: &[(Library, &str)] = &[
 /// observer-ebpf's tls_state). The plaintext read/write programs go on one
 /// process at a time (see tls::manager).
 pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: CONNECTIONS,
+        hook: Hook::RawTracePoint {
+            layout: tracepoints::inet_sock_set_state::LAYOUT,
+        },
+        feature: Feature::Connections,
+        also: None,
+        required: true,
+        gives: "connection lifecycle: every record, connect time, failures",
+    },
     tp(
-        "inet_sock_set_state",
+        CONNECTIONS_RECORD,
         tracepoints::inet_sock_set_state::LAYOUT,
-        true,
-        "connection lifecycle: every record, connect time, failures",
+        false,
+        "connection lifecycle where the socket layout is unknown (no BTF): the classic \
+         record, skipped while another tracing program runs on the same CPU",
     ),
     Program {
         name: "conn_counters",
@@ -215,22 +255,19 @@ pub const PROGRAMS: &[Program] = &[
         gives: "bytes and segments of open connections' snapshots (closed ones' are read \
                 at close)",
     },
-    tp(
+    raw(
         "tcp_retransmit_skb",
         tracepoints::tcp_retransmit_skb::LAYOUT,
-        false,
         "retransmit counts",
     ),
-    tp(
+    raw(
         "tcp_receive_reset",
         tracepoints::tcp_receive_reset::LAYOUT,
-        false,
         "\"refused\" and \"reset\" errors, resets received",
     ),
-    tp(
+    raw(
         "tcp_send_reset",
         tracepoints::tcp_send_reset::LAYOUT,
-        false,
         "resets sent",
     ),
     Program {

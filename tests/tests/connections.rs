@@ -541,3 +541,61 @@ fn thousands_of_short_connections_are_each_recorded_once() {
         assert_eq!(d[k], json!(0), "{k}: {d}");
     }
 }
+
+/// Where the kernel gives no BTF (here: an empty file mounted over it in a
+/// mount namespace of the observer's own), the socket's layout is unknown
+/// and the classic tracepoint's record stands in for the raw program: one
+/// warning says so, and records keep their ports, addresses and errors.
+#[test]
+fn without_btf_the_classic_tracepoint_record_stands_in() {
+    if !require_root("no_btf") || !require_tool("no_btf", "unshare") {
+        return;
+    }
+    let listener = TcpListener::bind("[::1]:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let refused = free_port();
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-m",
+        "sh",
+        "-c",
+        &format!(
+            "mount --bind /dev/null /sys/kernel/btf/vmlinux && exec \"$0\" watch --json \
+             --port {port},{refused}"
+        ),
+    ])
+    .arg(observer_bin());
+    let watch = Watch::spawn(cmd);
+    assert!(
+        watch
+            .stderr_seen()
+            .iter()
+            .any(|l| l.contains("inet_sock_set_state_record stands in")),
+        "{:?}",
+        watch.stderr_seen()
+    );
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 5];
+        s.read_exact(&mut buf).unwrap();
+        s.write_all(b"world!").unwrap();
+    });
+    let (_, local, got) = exchange(format!("[::1]:{port}").parse().unwrap(), b"hello");
+    t.join().unwrap();
+    assert_eq!(got, 6);
+    let err = TcpStream::connect(("127.0.0.1", refused)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+    let out = watch.stop();
+    let c = one(out.with("local_port", &json!(local)), "client record");
+    assert_eq!(c["family"], json!("ipv6"));
+    assert_eq!(c["remote_addr"], json!("::1"));
+    assert_eq!(c["remote_port"], json!(port));
+    // (Bytes are read from the socket at offsets from BTF: not here.)
+    let s = one(out.with("direction", &json!("inbound")), "server record");
+    assert_eq!(s["local_port"], json!(port));
+    assert_eq!(s["remote_port"], json!(local));
+    let r = one(out.with("remote_port", &json!(refused)), "refused record");
+    assert_eq!(r["error"], json!("refused"));
+    assert_eq!(r["remote_addr"], json!("127.0.0.1"));
+    assert_ne!(r["local_port"], json!(0));
+}

@@ -14,8 +14,8 @@ use observer_common::{
     tls::{go::FD_WALK_GLOBAL, BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
     tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES, DNS_WIRE_GLOBAL, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL,
-    SK_ERR_OFFSET_GLOBAL, SK_LOCK_OWNED_OFFSET_GLOBAL, SRTT_US_OFFSET_GLOBAL, TCP_COUNTERS_GLOBAL,
-    WAKEUP_BYTES_GLOBAL,
+    SK_ERR_OFFSET_GLOBAL, SK_LOCK_OWNED_OFFSET_GLOBAL, SOCK_TUPLE_GLOBAL, SRTT_US_OFFSET_GLOBAL,
+    TCP_COUNTERS_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
 use crate::{conntrack::KernelConns, tracefs};
@@ -115,6 +115,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .and_then(|o| o.exe_walk)
         .unwrap_or_default();
     let tcp_counters = offsets.as_ref().map(|o| o.tcp_counters).unwrap_or_default();
+    let sock_tuple = offsets.as_ref().map(|o| o.sock_tuple).unwrap_or_default();
     let emit_at_destroy =
         tracefs::check_layout(tracefs, &tracepoints::tcp_destroy_sock::LAYOUT).is_ok();
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
@@ -133,6 +134,7 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .override_global(FD_WALK_GLOBAL, &fd_walk, true)
         .override_global(EXE_WALK_GLOBAL, &exe_walk, true)
         .override_global(TCP_COUNTERS_GLOBAL, &tcp_counters, true)
+        .override_global(SOCK_TUPLE_GLOBAL, &sock_tuple, true)
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .override_global(BUSY_CALLS_GLOBAL, &busy_calls, true)
         .override_global(DNS_WIRE_GLOBAL, &u32::from(dns_wire), true)
