@@ -133,6 +133,8 @@ pub struct ConnTable {
     /// The ports processes listen on (proxy linking's candidates whose
     /// owner is not known yet).
     listeners: crate::listeners::Listeners,
+    /// Legs waiting for the thread rule (see `legs::WaitingLeg`).
+    waiting: Vec<legs::WaitingLeg>,
 }
 
 impl ConnTable {
@@ -161,6 +163,7 @@ impl ConnTable {
             pairs: Pairs::default(),
             serving: NumSet::default(),
             listeners: crate::listeners::Listeners::new("/proc"),
+            waiting: Vec::new(),
         }
     }
 
@@ -281,10 +284,11 @@ impl ConnTable {
         }
         // Every tick, whatever --update-interval says: the pairing and
         // proxy state is only as large as the conversations that hold it.
+        self.age_waits();
         self.forget_pairs();
         let http = &self.http;
         self.serving
-            .retain(|s| http.get(s).is_some_and(|t| t.asked(None).is_some()));
+            .retain(|s| http.get(s).is_some_and(|t| t.serves()));
     }
 
     /// Lookups that led to no connection within `grace_ns` (all that are

@@ -404,6 +404,7 @@ pub(crate) async fn correlate(
         }
     }
     table.end_closes_due(u64::MAX);
+    table.end_all_waits();
     for r in table.conns_out.drain(..) {
         emit(r);
     }

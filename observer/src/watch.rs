@@ -348,10 +348,14 @@ fn raise_fd_limit() {
     }
 }
 
-/// SIGTERM and SIGINT, caught from the moment they are installed.
+/// SIGTERM, SIGINT and SIGHUP, caught from the moment they are installed.
+/// SIGHUP too: a terminal closed under `watch` or `top` (or the tmux
+/// session it ran in killed) must stop the observer as `q` does, with the
+/// processes held at exec resumed, not kill it with them left stopped.
 struct Stop {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl Stop {
@@ -359,6 +363,7 @@ impl Stop {
         Ok(Self {
             term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
             int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+            hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
         })
     }
 
@@ -372,6 +377,7 @@ impl Stop {
         tokio::select! {
             _ = self.term.recv() => {}
             _ = self.int.recv() => {}
+            _ = self.hup.recv() => {}
             _ = timer => {}
         }
     }

@@ -19,6 +19,34 @@ use crate::{
 const LINKS_KEPT: usize = 8;
 /// Legs held per server end for requests whose record is not made yet.
 const LEGS_HELD: usize = 64;
+/// Legs waiting for the thread rule at once; beyond, the other rules
+/// decide at once.
+const MAX_WAITING: usize = 1024;
+/// Ticks a waiting leg is held at most (its requests' records did not
+/// come: their connections were cut, or they are slower than this).
+const WAIT_TICKS: u32 = 5;
+
+/// A leg made on a worker thread while its process served requests whose
+/// owner thread was not known yet (a thread-per-request server's socket
+/// is claimed at its first answer byte). The thread rule is tried as each
+/// of those requests' records is made; meanwhile the leg's record, and a
+/// local server's record of the same request, wait here.
+// The records move on as the boxes they were made in (see `requests_out`).
+#[allow(clippy::vec_box)]
+pub(super) struct WaitingLeg {
+    /// The leg's client end and request.
+    sk: u64,
+    place: u32,
+    pid: u32,
+    tid: u32,
+    /// The inbound requests (server end, request) it may serve.
+    candidates: Vec<(u64, u32)>,
+    /// What the other rules linked it to, if the thread rule finds nothing.
+    fallback: Option<Link>,
+    record: Option<Box<RequestRecord>>,
+    at_server: Vec<Box<RequestRecord>>,
+    ticks: u32,
+}
 
 impl ConnTable {
     /// After a call's bytes were fed to socket `ev.conn.sk`'s conversation:
@@ -35,16 +63,34 @@ impl ConnTable {
             .unwrap_or(ev.conn.direction != DIR_INBOUND);
         if client {
             self.link_new_request(sk);
-        } else if talk.asked(None).is_some() {
+        } else if talk.serves() {
             self.serving.insert(sk);
         }
         if from < self.requests_out.len() {
             let mut made = std::mem::take(&mut self.requests_out);
-            for r in &mut made[from..] {
+            let tail = made.split_off(from);
+            for mut r in tail {
+                let place = r.stream_id.or(r.request_index);
                 match r.direction {
-                    Direction::Outbound => self.apply_link(sk, r),
-                    Direction::Inbound => self.take_legs(sk, r),
+                    Direction::Outbound => {
+                        if let Some(w) = self.waiting_leg(sk, place) {
+                            w.record = Some(r);
+                            continue;
+                        }
+                        self.apply_link(sk, &mut r);
+                    }
+                    Direction::Inbound => {
+                        if let Some(p) = place {
+                            made.extend(self.resolve_waiting(sk, p, r.trace.incoming));
+                        }
+                        self.take_legs(sk, &mut r);
+                        if let Some(w) = self.waiting_leg_served(sk, place) {
+                            w.at_server.push(r);
+                            continue;
+                        }
+                    }
                 }
+                made.push(r);
             }
             self.requests_out = made;
         }
@@ -53,6 +99,120 @@ impl ConnTable {
     /// The owner's process and thread of socket `sk`, when known.
     fn owner_of(&self, sk: u64) -> Option<(u32, u32)> {
         self.live.get(&sk).map(|l| (l.owner.pid, l.owner.tid))
+    }
+}
+
+impl ConnTable {
+    /// The waiting leg of client end `sk`'s request `place`.
+    fn waiting_leg(&mut self, sk: u64, place: Option<u32>) -> Option<&mut WaitingLeg> {
+        let place = place?;
+        self.waiting
+            .iter_mut()
+            .find(|w| w.sk == sk && w.place == place)
+    }
+
+    /// The waiting leg whose request server end `sk` served as `place`
+    /// (the leg's client end here, on the same connection).
+    fn waiting_leg_served(&mut self, sk: u64, place: Option<u32>) -> Option<&mut WaitingLeg> {
+        if self.waiting.is_empty() {
+            return None;
+        }
+        let talk = self.http.get(&sk)?;
+        let (shared, (local, remote)) = talk.shared.zip(talk.ends)?;
+        let client = self.pairs.other(shared, local, remote)?;
+        self.waiting_leg(client, place)
+    }
+
+    /// Server end `sk`'s request `place` is over and its owner thread
+    /// known: the legs waiting on it are linked to it by thread, or, its
+    /// thread another, no longer wait on it. Records of legs decided.
+    #[allow(clippy::vec_box)]
+    fn resolve_waiting(
+        &mut self,
+        sk: u64,
+        place: u32,
+        incoming: Option<TraceParent>,
+    ) -> Vec<Box<RequestRecord>> {
+        let mut out = Vec::new();
+        if self.waiting.is_empty() {
+            return out;
+        }
+        let owner = self.owner_of(sk).filter(|o| worker_thread(*o).is_some());
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let w = &mut self.waiting[i];
+            if !w.candidates.contains(&(sk, place)) {
+                i += 1;
+                continue;
+            }
+            let link = if owner == Some((w.pid, w.tid)) {
+                self.server_ids(sk, place, incoming.as_ref())
+                    .map(|ids| Link {
+                        inbound_sk: sk,
+                        inbound_place: place,
+                        trace_id: ids.trace_id,
+                        parent_span_id: ids.span_id,
+                        rule: proxy::BY_THREAD,
+                    })
+            } else {
+                w.candidates.retain(|&c| c != (sk, place));
+                if !w.candidates.is_empty() {
+                    i += 1;
+                    continue;
+                }
+                w.fallback
+            };
+            let w = self.waiting.swap_remove(i);
+            out.extend(self.finish_waiting(w, link));
+        }
+        out
+    }
+
+    /// A waiting leg decided: its records, in the trace of `link`'s request.
+    #[allow(clippy::vec_box)]
+    fn finish_waiting(&mut self, w: WaitingLeg, link: Option<Link>) -> Vec<Box<RequestRecord>> {
+        self.keep_link(w.sk, w.place, link);
+        let mut out = Vec::new();
+        if let Some(mut r) = w.record {
+            if let Some(l) = link {
+                self.link_record(w.sk, &mut r, l);
+            }
+            out.push(r);
+        }
+        for mut r in w.at_server {
+            if let Some(l) = link {
+                r.trace.trace_id = Some(Hex(l.trace_id));
+            }
+            out.push(r);
+        }
+        out
+    }
+
+    /// Ends the waits that have seen more than `older_than` ticks (this
+    /// one counted), their records into `requests_out`.
+    fn end_waits(&mut self, older_than: u32) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            self.waiting[i].ticks = self.waiting[i].ticks.saturating_add(1);
+            if self.waiting[i].ticks <= older_than {
+                i += 1;
+                continue;
+            }
+            let w = self.waiting.swap_remove(i);
+            let fallback = w.fallback;
+            let made = self.finish_waiting(w, fallback);
+            self.requests_out.extend(made);
+        }
+    }
+
+    /// Called each tick.
+    pub(super) fn age_waits(&mut self) {
+        self.end_waits(WAIT_TICKS);
+    }
+
+    /// Every leg still waiting decided by the other rules (watching stops).
+    pub fn end_all_waits(&mut self) {
+        self.end_waits(0);
     }
 }
 
@@ -88,7 +248,7 @@ impl ConnTable {
         }
         let http = &self.http;
         self.serving
-            .retain(|s| http.get(s).is_some_and(|t| t.asked(None).is_some()));
+            .retain(|s| http.get(s).is_some_and(|t| t.serves()));
         // The process's inbound requests, and those whose owner is not known
         // yet: one of these that the rules choose counts only when the
         // process listens on its port (else a client's request would be
@@ -104,21 +264,37 @@ impl ConnTable {
             let Some(t) = http.get(&isk) else {
                 continue;
             };
-            let Some((iplace, c)) = t.asked(owner.and_then(worker_thread)) else {
-                continue;
-            };
             let unowned_port = match (owner, t.ends) {
                 (Some(_), _) => None,
                 (None, Some((local, _))) => Some(local.1),
                 (None, None) => continue,
             };
-            found.push((isk, iplace, c.asked.traceparent.copied(), unowned_port));
-            candidates.push(c);
+            for (iplace, c) in t.serving(owner.and_then(worker_thread)) {
+                found.push((isk, iplace, c.asked.traceparent.copied(), unowned_port));
+                candidates.push(c);
+            }
         }
         let chosen = proxy::choose(&out.asked, &candidates).filter(|&(i, _)| match found[i].3 {
             Some(port) => self.listeners.listens(pid, port),
             None => true,
         });
+        // The thread rule comes before the request match, but the owner
+        // thread of a thread-per-request server's socket is only learnt
+        // at its first answer byte: a leg made on a worker thread while
+        // such requests are in flight waits for their records.
+        let rule = chosen.map(|(_, rule)| rule);
+        let mut unowned = Vec::new();
+        if worker_thread((pid, tid)).is_some()
+            && !matches!(rule, Some(proxy::BY_TRACE_CONTEXT | proxy::BY_THREAD))
+            && self.waiting.len() < MAX_WAITING
+        {
+            for (f, c) in found.iter().zip(&candidates) {
+                let listened = f.3.is_some_and(|port| self.listeners.listens(pid, port));
+                if listened && proxy::waiting_at(c, out.asked.start_ns) {
+                    unowned.push((f.0, f.1));
+                }
+            }
+        }
         let link = chosen.and_then(|(i, rule)| {
             let (isk, iplace, incoming, _) = found[i];
             let ids = self.server_ids(isk, iplace, incoming.as_ref())?;
@@ -132,11 +308,31 @@ impl ConnTable {
         });
         if let Some(talk) = self.http.get_mut(&sk) {
             talk.link_tried = place;
-            if let Some(l) = link {
-                talk.links.push((place, l));
-                if talk.links.len() > LINKS_KEPT {
-                    talk.links.remove(0);
-                }
+        }
+        if unowned.is_empty() {
+            self.keep_link(sk, place, link);
+        } else {
+            self.waiting.push(WaitingLeg {
+                sk,
+                place,
+                pid,
+                tid,
+                candidates: unowned,
+                fallback: link,
+                record: None,
+                at_server: Vec::new(),
+                ticks: 0,
+            });
+        }
+    }
+
+    /// Keeps client end `sk`'s link of request `place`, for its record and
+    /// a local server's record of the same request.
+    fn keep_link(&mut self, sk: u64, place: u32, link: Option<Link>) {
+        if let (Some(talk), Some(l)) = (self.http.get_mut(&sk), link) {
+            talk.links.push((place, l));
+            if talk.links.len() > LINKS_KEPT {
+                talk.links.remove(0);
             }
         }
     }
@@ -173,11 +369,18 @@ impl ConnTable {
         let Some(&(_, link)) = talk.links.iter().find(|(p, _)| *p == place) else {
             return;
         };
+        self.link_record(sk, r, link);
+    }
+
+    /// Puts client end `sk`'s record `r` in the trace of the request `link`
+    /// names, and among that request's legs.
+    fn link_record(&mut self, sk: u64, r: &mut RequestRecord, link: Link) {
         r.trace.trace_id = Some(Hex(link.trace_id));
         r.trace.parent_span_id = Some(Hex(link.parent_span_id));
         r.link_rule = Some(link.rule);
         if r.connection.is_some() {
-            if let Some(f) = &mut talk.first_request {
+            let talk = self.http.get_mut(&sk);
+            if let Some(f) = talk.and_then(|t| t.first_request.as_mut()) {
                 f.trace = r.trace.ids();
             }
         }
@@ -226,8 +429,13 @@ impl ConnTable {
             return;
         }
         let (mine, rest): (Vec<_>, Vec<_>) = talk.legs.drain(..).partition(|(p, _)| *p == place);
-        // Legs of later requests stay; those of earlier ones are stale.
-        talk.legs = rest.into_iter().filter(|(p, _)| *p > place).collect();
+        // Legs of requests still in flight stay; the others are stale.
+        // HTTP/1.x requests end in order; HTTP/2 streams in any.
+        let open = |p: u32| match &talk.h2 {
+            Some(h2) => h2.streams().any(|x| x.stream_id == Some(p)),
+            None => p > place,
+        };
+        talk.legs = rest.into_iter().filter(|&(p, _)| open(p)).collect();
         if mine.is_empty() {
             return;
         }
@@ -363,6 +571,103 @@ mod tests {
         }
         t.set_clock(Clock::with_offset(0));
         assert_eq!((t.pairs.len(), t.serving.len()), (0, 0));
+    }
+
+    /// A thread-per-request proxy: its inbound sockets' owner threads are
+    /// learnt at their first answer byte, after the legs. Two requests
+    /// alike in flight; each leg waits and is linked by thread once the
+    /// request its thread served is over, its record and its backend's
+    /// record (same trace) held until then.
+    #[test]
+    fn legs_of_a_thread_per_request_server_are_linked_by_thread() {
+        let me = std::process::id();
+        let (t1, t2) = (me + 1, me + 2);
+        let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let in1 = end(10, port, 40000, DIR_INBOUND);
+        let in2 = end(11, port, 40002, DIR_INBOUND);
+        let out1 = end(20, 40001, 9000, DIR_OUTBOUND);
+        let out2 = end(21, 40003, 9000, DIR_OUTBOUND);
+        let backend1 = end(30, 9000, 40001, DIR_INBOUND);
+        owner(&mut t, 20, me, t1);
+        owner(&mut t, 21, me, t2);
+        call(&mut t, in1, op::READ, 1_100, ASKED);
+        call(&mut t, in2, op::READ, 1_150, ASKED);
+        call(&mut t, out1, op::WRITE, 1_200, ASKED);
+        call(&mut t, out2, op::WRITE, 1_250, ASKED);
+        call(&mut t, backend1, op::READ, 1_300, ASKED);
+        call(&mut t, backend1, op::WRITE, 1_400, ANSWER);
+        call(&mut t, out1, op::READ, 1_500, ANSWER);
+        call(&mut t, out2, op::READ, 1_550, ANSWER);
+        assert!(t.requests_out.is_empty(), "{:?}", t.requests_out);
+        // The second request's thread answers first.
+        owner(&mut t, 11, me, t2);
+        call(&mut t, in2, op::WRITE, 1_600, ANSWER);
+        assert_eq!(t.requests_out.len(), 2, "in2 and its leg");
+        owner(&mut t, 10, me, t1);
+        call(&mut t, in1, op::WRITE, 1_700, ANSWER);
+        assert_eq!(t.requests_out.len(), 5, "in1, its leg and its backend's");
+        assert!(t.waiting.is_empty());
+        let by_port = |port: u16, dir: Direction| {
+            let r = t
+                .requests_out
+                .iter()
+                .find(|r| r.local_port == port && r.direction == dir);
+            r.expect("a record").clone()
+        };
+        for (inbound, leg) in [(40000, 40001), (40002, 40003)] {
+            let i = t
+                .requests_out
+                .iter()
+                .find(|r| r.remote_port == inbound)
+                .expect("inbound")
+                .clone();
+            let o = by_port(leg, Direction::Outbound);
+            assert_eq!(o.link_rule, Some(proxy::BY_THREAD), "{o:?}");
+            assert_eq!(o.trace.trace_id, i.trace.trace_id);
+            assert_eq!(o.trace.parent_span_id, i.trace.span_id);
+            let legs = i.upstream.as_ref().expect("its leg");
+            assert_eq!(legs.len(), 1);
+            assert_eq!(Some(legs[0].span_id), o.trace.span_id);
+        }
+        let b = by_port(9000, Direction::Inbound);
+        let o1 = by_port(40001, Direction::Outbound);
+        assert_eq!(b.trace.trace_id, o1.trace.trace_id);
+        assert_eq!(b.trace.parent_span_id, o1.trace.span_id);
+    }
+
+    /// A waiting leg whose requests never end (cut connections) goes out
+    /// after a few ticks, by the other rules; all go out when watching
+    /// stops.
+    #[test]
+    fn a_waiting_leg_goes_out_after_a_few_ticks() {
+        let me = std::process::id();
+        let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let in1 = end(10, port, 40000, DIR_INBOUND);
+        let out1 = end(20, 40001, 9000, DIR_OUTBOUND);
+        owner(&mut t, 20, me, me + 1);
+        call(&mut t, in1, op::READ, 1_100, ASKED);
+        call(&mut t, out1, op::WRITE, 1_200, ASKED);
+        call(&mut t, out1, op::READ, 1_500, ANSWER);
+        assert!(t.requests_out.is_empty());
+        for _ in 0..WAIT_TICKS {
+            t.age_waits();
+        }
+        assert!(t.requests_out.is_empty());
+        t.age_waits();
+        let o = &t.requests_out[0];
+        // The one candidate's path matches: the request match links it.
+        assert_eq!(o.link_rule, Some(proxy::BY_REQUEST_MATCH));
+        let out2 = end(21, 40003, 9000, DIR_OUTBOUND);
+        owner(&mut t, 21, me, me + 1);
+        call(&mut t, out2, op::WRITE, 1_600, ASKED);
+        call(&mut t, out2, op::READ, 1_700, ANSWER);
+        assert_eq!(t.requests_out.len(), 1);
+        t.end_all_waits();
+        assert_eq!(t.requests_out.len(), 2);
     }
 
     /// Two requests alike in flight at an event-loop proxy: no guess.

@@ -250,20 +250,28 @@ impl Conversation {
     /// `tid`: the owner's thread, when known.
     pub fn asked(&self, tid: Option<u32>) -> Option<(u32, super::proxy::Candidate<'_>)> {
         let x = self.current.as_ref()?;
-        let h = x.request.as_ref()?;
-        let asked = super::proxy::Asked {
-            method: h.method.as_deref(),
-            path: h.path.as_deref(),
-            request_id: h.request_id.as_deref(),
-            traceparent: h.traceparent.as_ref(),
-            start_ns: x.start_ns,
-            tid,
-        };
-        let c = super::proxy::Candidate {
-            asked,
-            answered_ns: x.first_byte_ns,
-        };
-        Some((x.index?, c))
+        Some((x.index?, candidate(x, tid)?))
+    }
+
+    /// Every request in flight whose head was seen, as proxy linking reads
+    /// the requests a server serves: the HTTP/1.x one, or each HTTP/2
+    /// stream's (its stream id its place).
+    pub fn serving(&self, tid: Option<u32>) -> Vec<(u32, super::proxy::Candidate<'_>)> {
+        match &self.h2 {
+            Some(h2) => h2
+                .streams()
+                .filter_map(|x| Some((x.stream_id?, candidate(x, tid)?)))
+                .collect(),
+            None => self.asked(tid).into_iter().collect(),
+        }
+    }
+
+    /// Whether a request is in flight whose head was seen (see `serving`).
+    pub fn serves(&self) -> bool {
+        match &self.h2 {
+            Some(h2) => h2.streams().any(|x| x.request.is_some()),
+            None => self.asked(None).is_some(),
+        }
     }
 
     /// Requests seen so far: HTTP/1.x exchanges, or HTTP/2 streams begun.
@@ -436,6 +444,23 @@ impl Conversation {
             }
         }
     }
+}
+
+/// What proxy linking reads of exchange `x` (its request head seen).
+fn candidate(x: &Exchange, tid: Option<u32>) -> Option<super::proxy::Candidate<'_>> {
+    let h = x.request.as_ref()?;
+    let asked = super::proxy::Asked {
+        method: h.method.as_deref(),
+        path: h.path.as_deref(),
+        request_id: h.request_id.as_deref(),
+        traceparent: h.traceparent.as_ref(),
+        start_ns: x.start_ns,
+        tid,
+    };
+    Some(super::proxy::Candidate {
+        asked,
+        answered_ns: x.first_byte_ns,
+    })
 }
 
 #[cfg(test)]

@@ -714,6 +714,11 @@ impl H2 {
         }
     }
 
+    /// The streams begun and not ended.
+    pub fn streams(&self) -> impl Iterator<Item = &Exchange> {
+        self.streams.values()
+    }
+
     /// Streams begun and not ended.
     pub fn has_open_streams(&self) -> bool {
         !self.streams.is_empty()
@@ -876,6 +881,35 @@ mod tests {
 
     fn fields<'a>(v: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
         v.iter().map(|(k, x)| (*k, x.as_str())).collect()
+    }
+
+    /// A server's streams in flight are each a request it serves (proxy
+    /// linking's candidates), by stream id, until answered in any order.
+    #[test]
+    fn a_servers_streams_in_flight_are_each_served() {
+        let mut c = Conversation::default();
+        let (mut req, mut resp) = (Peer::new(), Peer::new());
+        let mut got = PREFACE.to_vec();
+        got.extend(frame(SETTINGS, 0, 0, &[]));
+        got.extend(req.headers(1, END_STREAM, &fields(&get("/a"))));
+        got.extend(req.headers(3, END_STREAM, &fields(&get("/b"))));
+        assert!(c.feed(&call(op::READ, 1_000, &got), false).is_empty());
+        assert!(c.serves());
+        let served: Vec<(u32, Option<&str>, u64)> = c
+            .serving(Some(7))
+            .iter()
+            .map(|(p, x)| (*p, x.asked.path, x.answered_ns))
+            .collect();
+        assert_eq!(served, [(1, Some("/a"), 0), (3, Some("/b"), 0)]);
+        assert_eq!(c.serving(Some(7))[0].1.asked.tid, Some(7));
+        // Stream 3 answered first: stream 1 alone is served.
+        let back = resp.headers(3, END_STREAM, &[(":status", "200")]);
+        assert_eq!(c.feed(&call(op::WRITE, 2_000, &back), false).len(), 1);
+        let left: Vec<u32> = c.serving(None).iter().map(|(p, _)| *p).collect();
+        assert_eq!(left, [1]);
+        let back = resp.headers(1, END_STREAM, &[(":status", "200")]);
+        assert_eq!(c.feed(&call(op::WRITE, 3_000, &back), false).len(), 1);
+        assert!(!c.serves() && c.serving(None).is_empty());
     }
 
     /// A client (outbound) with two streams on one connection: one answered,

@@ -9,7 +9,9 @@
 //! same thread (thread-per-request servers); the same method and path (and
 //! `X-Request-Id` when both carry one), for event-loop proxies. A rule that
 //! leaves several candidates narrows the set for the next; several left at
-//! the end make no link: no guess.
+//! the end make no link: no guess. A thread-per-request server's socket
+//! gets its owner thread only at its first answer byte: a leg that may
+//! serve such a request waits for it (see `conntrack::legs`).
 
 use std::net::IpAddr;
 
@@ -57,13 +59,8 @@ pub struct Link {
 /// The candidate (index into `candidates`) an outbound request `out`
 /// serves, and the rule that chose it.
 pub fn choose(out: &Asked<'_>, candidates: &[Candidate<'_>]) -> Option<(usize, &'static str)> {
-    // Only requests waiting for their answer when this one began.
     let mut left: Vec<usize> = (0..candidates.len())
-        .filter(|&i| {
-            let c = &candidates[i];
-            c.asked.start_ns <= out.start_ns
-                && (c.answered_ns == 0 || c.answered_ns >= out.start_ns)
-        })
+        .filter(|&i| waiting_at(&candidates[i], out.start_ns))
         .collect();
     type Rule = fn(&Asked<'_>, &Asked<'_>) -> bool;
     let rules: [(&'static str, Rule); 3] = [
@@ -94,6 +91,12 @@ pub fn choose(out: &Asked<'_>, candidates: &[Candidate<'_>]) -> Option<(usize, &
         }
     }
     None
+}
+
+/// Whether candidate `c` was waiting for its answer at `start_ns` (when an
+/// outbound request began): only those may be served by it.
+pub fn waiting_at(c: &Candidate<'_>, start_ns: u64) -> bool {
+    c.asked.start_ns <= start_ns && (c.answered_ns == 0 || c.answered_ns >= start_ns)
 }
 
 /// One leg of a proxied request, on the inbound request's record.
