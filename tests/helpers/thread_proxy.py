@@ -57,10 +57,6 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def main():
-    # A thread waiting for the GIL after its answer came waits up to the
-    # switch interval (5 ms by default) with nine others busy: 1 ms keeps
-    # the proxy's own clock close to the wire.
-    sys.setswitchinterval(0.001)
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--backend", type=int, required=True)

@@ -352,20 +352,21 @@ fn thread_per_request_proxy_legs_link_by_thread() {
             ours_up >= f64::from(DELAY_MS),
             "{outer}: the leg holds the delay"
         );
-        // The proxy's clock stops once its thread has the answer parsed,
-        // after a wake-up behind the other nine threads for the GIL (its
-        // switch interval set to 1 ms) on a machine shared with curl and
-        // the observer: up to 5.2 ms after the wire in 20 runs here. Ours
-        // is never longer, holds the injected delay (above), and is
-        // shorter by less than 8 ms.
+        // The proxy's clock holds the leg, so ours is never longer; from
+        // below, the injected delay bounds it (above). The proxy's clock
+        // cannot: the ten answers arrive together and its threads take
+        // turns with the GIL to parse them, the last one 9 ms after the
+        // wire here.
         assert!(
-            ours_up <= leg_ms + 0.5 && ours_up >= leg_ms - 8.0,
+            ours_up <= leg_ms + 0.5,
             "{outer}: upstream ours {ours_up:.3} ms, the proxy's {leg_ms:.3} ms"
         );
         // The handler starts once the request is read and ends once its
-        // answer is written: ours holds it, and curl's holds ours.
+        // answer is written: ours holds it, and curl's holds ours (to
+        // within 1 ms: curl stamps a transfer's end in its loop, 0.5 ms
+        // early once with both CPUs busy).
         assert!(
-            ours >= request_ms - 2.0 && ours <= curl_ms,
+            ours >= request_ms - 2.0 && ours <= curl_ms + 1.0,
             "{outer}: ours {ours:.3} ms, the proxy's {request_ms:.3} ms, curl {curl_ms:.3} ms"
         );
         assert!(
