@@ -41,6 +41,10 @@ fn ms(v: &Value) -> f64 {
 /// own clock from the request about to be sent to the end of its answer,
 /// in ms.
 fn curl_parallel(port: u16, paths: &[String], h2: bool) -> HashMap<String, f64> {
+    curl_fetch(port, paths, h2, "served /p")
+}
+
+fn curl_fetch(port: u16, paths: &[String], h2: bool, answer: &str) -> HashMap<String, f64> {
     let base = format!("http://127.0.0.1:{port}");
     let mut curl = Command::new("curl");
     if h2 {
@@ -54,13 +58,16 @@ fn curl_parallel(port: u16, paths: &[String], h2: bool) -> HashMap<String, f64> 
             "--parallel-max",
         ])
         .arg(paths.len().to_string())
-        .args(["-w", "%{url_effective} %{time_pretransfer} %{time_total}\n"])
+        .args([
+            "-w",
+            "\n%{url_effective} %{time_pretransfer} %{time_total}\n",
+        ])
         .args(paths.iter().map(|p| format!("{base}{p}")))
         .output()
         .unwrap();
     assert!(out.status.success(), "curl: {out:?}");
     let body = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(body.matches("served /p").count(), paths.len(), "{body}");
+    assert_eq!(body.matches(answer).count(), paths.len(), "{body}");
     let says: HashMap<String, f64> = body
         .lines()
         .filter_map(|l| l.strip_prefix(&base))

@@ -17,6 +17,9 @@ use crate::{
 /// Links kept per client end after their record was made (a local
 /// server's record of the same request may come later and reads them).
 const LINKS_KEPT: usize = 8;
+/// The same for an HTTP/2 client end, whose streams in flight each hold one
+/// until their record is made (servers allow 100 at once by default).
+const LINKS_KEPT_H2: usize = 128;
 /// Legs held per server end for requests whose record is not made yet.
 const LEGS_HELD: usize = 64;
 /// Legs waiting for the thread rule at once; beyond, the other rules
@@ -62,7 +65,7 @@ impl ConnTable {
             .owner_is_client
             .unwrap_or(ev.conn.direction != DIR_INBOUND);
         if client {
-            self.link_new_request(sk);
+            self.link_new_requests(sk);
         } else if talk.serves() {
             self.serving.insert(sk);
         }
@@ -81,7 +84,8 @@ impl ConnTable {
                     }
                     Direction::Inbound => {
                         if let Some(p) = place {
-                            made.extend(self.resolve_waiting(sk, p, r.trace.incoming));
+                            let served = (r.trace.incoming, r.start_unix_ns);
+                            made.extend(self.resolve_waiting(sk, p, served));
                         }
                         self.take_legs(sk, &mut r);
                         if let Some(w) = self.waiting_leg_served(sk, place) {
@@ -131,7 +135,7 @@ impl ConnTable {
         &mut self,
         sk: u64,
         place: u32,
-        incoming: Option<TraceParent>,
+        (incoming, since): (Option<TraceParent>, u64),
     ) -> Vec<Box<RequestRecord>> {
         let mut out = Vec::new();
         if self.waiting.is_empty() {
@@ -163,19 +167,24 @@ impl ConnTable {
                 w.fallback
             };
             let w = self.waiting.swap_remove(i);
-            out.extend(self.finish_waiting(w, link));
+            out.extend(self.finish_waiting(w, link, Some(since)));
         }
         out
     }
 
     /// A waiting leg decided: its records, in the trace of `link`'s request.
     #[allow(clippy::vec_box)]
-    fn finish_waiting(&mut self, w: WaitingLeg, link: Option<Link>) -> Vec<Box<RequestRecord>> {
+    fn finish_waiting(
+        &mut self,
+        w: WaitingLeg,
+        link: Option<Link>,
+        served_since: Option<u64>,
+    ) -> Vec<Box<RequestRecord>> {
         self.keep_link(w.sk, w.place, link);
         let mut out = Vec::new();
         if let Some(mut r) = w.record {
             if let Some(l) = link {
-                self.link_record(w.sk, &mut r, l);
+                self.link_record(w.sk, &mut r, l, served_since);
             }
             out.push(r);
         }
@@ -200,7 +209,7 @@ impl ConnTable {
             }
             let w = self.waiting.swap_remove(i);
             let fallback = w.fallback;
-            let made = self.finish_waiting(w, fallback);
+            let made = self.finish_waiting(w, fallback, None);
             self.requests_out.extend(made);
         }
     }
@@ -224,21 +233,45 @@ fn worker_thread((pid, tid): (u32, u32)) -> Option<u32> {
 }
 
 impl ConnTable {
-    /// Links the client end `sk`'s request in flight (once) to the
-    /// inbound request of its process it serves, if one rule tells which.
-    fn link_new_request(&mut self, sk: u64) {
+    /// Links each request in flight of client end `sk` not tried yet (its
+    /// HTTP/1.x request, or its HTTP/2 streams, in the order they began).
+    fn link_new_requests(&mut self, sk: u64) {
         let Some((pid, tid)) = self.owner_of(sk) else {
             return;
         };
         let Some(talk) = self.http.get(&sk) else {
             return;
         };
-        let Some((place, out)) = talk.asked(worker_thread((pid, tid))) else {
+        let tried = talk.link_tried;
+        match talk.h2.as_ref() {
+            None => {
+                if let Some((place, _)) = talk.asked(None).filter(|(p, _)| *p > tried) {
+                    self.link_new_request(sk, (pid, tid), place);
+                }
+            }
+            Some(h2) => {
+                let places: Vec<u32> = h2
+                    .streams()
+                    .filter(|x| x.request.is_some())
+                    .filter_map(|x| x.stream_id)
+                    .filter(|&p| p > tried)
+                    .collect();
+                for place in places {
+                    self.link_new_request(sk, (pid, tid), place);
+                }
+            }
+        }
+    }
+
+    /// Links client end `sk`'s request `place` (once) to the inbound
+    /// request of its process it serves, if one rule tells which.
+    fn link_new_request(&mut self, sk: u64, (pid, tid): (u32, u32), place: u32) {
+        let Some(talk) = self.http.get(&sk) else {
             return;
         };
-        if place <= talk.link_tried {
+        let Some(out) = talk.asked_at(place, worker_thread((pid, tid))) else {
             return;
-        }
+        };
         // Most processes serve nothing: one look (cached) and no search.
         if !self.listeners.listens_any(pid) {
             if let Some(talk) = self.http.get_mut(&sk) {
@@ -331,7 +364,12 @@ impl ConnTable {
     fn keep_link(&mut self, sk: u64, place: u32, link: Option<Link>) {
         if let (Some(talk), Some(l)) = (self.http.get_mut(&sk), link) {
             talk.links.push((place, l));
-            if talk.links.len() > LINKS_KEPT {
+            let kept = if talk.h2.is_some() {
+                LINKS_KEPT_H2
+            } else {
+                LINKS_KEPT
+            };
+            if talk.links.len() > kept {
                 talk.links.remove(0);
             }
         }
@@ -369,12 +407,24 @@ impl ConnTable {
         let Some(&(_, link)) = talk.links.iter().find(|(p, _)| *p == place) else {
             return;
         };
-        self.link_record(sk, r, link);
+        let served_since = self
+            .http
+            .get(&link.inbound_sk)
+            .and_then(|t| t.asked_at(link.inbound_place, None))
+            .map(|c| self.clock.to_unix_ns(c.asked.start_ns));
+        self.link_record(sk, r, link, served_since);
     }
 
     /// Puts client end `sk`'s record `r` in the trace of the request `link`
     /// names, and among that request's legs.
-    fn link_record(&mut self, sk: u64, r: &mut RequestRecord, link: Link) {
+    /// `served_since`: when that request began (unix ns), if known.
+    fn link_record(
+        &mut self,
+        sk: u64,
+        r: &mut RequestRecord,
+        link: Link,
+        served_since: Option<u64>,
+    ) {
         r.trace.trace_id = Some(Hex(link.trace_id));
         r.trace.parent_span_id = Some(Hex(link.parent_span_id));
         r.link_rule = Some(link.rule);
@@ -384,12 +434,17 @@ impl ConnTable {
                 f.trace = r.trace.ids();
             }
         }
-        // A leg that opened its connection waited on the connect (and TLS
-        // handshake) too: as a proxy's upstream time counts it.
-        let start = r
-            .connection
-            .as_ref()
-            .map_or(r.start_unix_ns, |c| c.start_unix_ns.min(r.start_unix_ns));
+        // A leg that opened its connection while the request it serves was
+        // waiting waited on the connect (and TLS handshake) too: as a
+        // proxy's upstream time counts it. A connection opened before (an
+        // HTTP/2 session opened at start-up, whose first stream this is)
+        // was not waited on.
+        let start = match (&r.connection, served_since) {
+            (Some(c), Some(since)) if c.start_unix_ns >= since => {
+                c.start_unix_ns.min(r.start_unix_ns)
+            }
+            _ => r.start_unix_ns,
+        };
         let leg = UpstreamLeg {
             remote_addr: r.remote_addr,
             remote_port: r.remote_port,
@@ -512,7 +567,12 @@ mod tests {
         let port = listener.local_addr().expect("addr").port();
         let client = end(5, 40000, port, DIR_OUTBOUND);
         let inbound = end(10, port, 40000, DIR_INBOUND);
-        let outbound = end(20, 40001, 9000, DIR_OUTBOUND);
+        // The leg's connection opens while the inbound request waits.
+        let outbound = Conn {
+            start_ns: 1_150,
+            established_ns: 1_180,
+            ..end(20, 40001, 9000, DIR_OUTBOUND)
+        };
         let backend = end(30, 9000, 40001, DIR_INBOUND);
         owner(&mut t, 5, me, me);
         owner(&mut t, 20, me, me);
@@ -668,6 +728,88 @@ mod tests {
         assert_eq!(t.requests_out.len(), 1);
         t.end_all_waits();
         assert_eq!(t.requests_out.len(), 2);
+    }
+
+    /// An HTTP/2 frame: length, type, flags, stream, payload.
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([kind, flags]);
+        f.extend(stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// A HEADERS frame ending its stream.
+    fn headers(
+        enc: &mut loona_hpack::Encoder<'_>,
+        stream: u32,
+        fields: &[(&str, &str)],
+    ) -> Vec<u8> {
+        let block = enc.encode(fields.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
+        frame(1, 0x1 | 0x4, stream, &block)
+    }
+
+    /// An event-loop proxy whose legs are HTTP/2 streams of one upstream
+    /// connection (a gateway calling its upstream over h2): ten streams in
+    /// flight at once, each linked to the request it serves, answered in
+    /// the reverse order.
+    #[test]
+    fn http2_streams_are_legs_each_of_its_own_request() {
+        const N: u32 = 10;
+        let me = std::process::id();
+        let mut t = ConnTable::new(ProcessCache::new("/proc"), Clock::with_offset(0));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let inbound = |i: u32| end(10 + u64::from(i), port, 40000 + i as u16, DIR_INBOUND);
+        let up = end(99, 39999, 9000, DIR_OUTBOUND);
+        owner(&mut t, 99, me, me);
+        for i in 0..N {
+            let asked = format!("GET /p{i} HTTP/1.1\r\nHost: proxy\r\n\r\n");
+            call(
+                &mut t,
+                inbound(i),
+                op::READ,
+                1_100 + u64::from(i),
+                asked.as_bytes(),
+            );
+        }
+        let (mut asks, mut answers) = (loona_hpack::Encoder::new(), loona_hpack::Encoder::new());
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        out.extend(frame(4, 0, 0, &[]));
+        for i in 0..N {
+            let path = format!("/p{i}");
+            let fields = [
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":authority", "up"),
+                (":path", path.as_str()),
+            ];
+            out.extend(headers(&mut asks, 1 + 2 * i, &fields));
+        }
+        call(&mut t, up, op::WRITE, 1_200, &out);
+        let mut back = frame(4, 0, 0, &[]);
+        for i in (0..N).rev() {
+            back.extend(headers(&mut answers, 1 + 2 * i, &[(":status", "200")]));
+        }
+        call(&mut t, up, op::READ, 1_400, &back);
+        for i in 0..N {
+            owner(&mut t, 10 + u64::from(i), me, me);
+            call(&mut t, inbound(i), op::WRITE, 1_500 + u64::from(i), ANSWER);
+        }
+        for i in 0..N {
+            let find = |f: &dyn Fn(&RequestRecord) -> bool| {
+                let r = t.requests_out.iter().find(|r| f(r));
+                r.expect("a record").clone()
+            };
+            let o = find(&|r| r.stream_id == Some(1 + 2 * i));
+            let inb = find(&|r| r.remote_port == 40000 + i as u16);
+            assert_eq!(o.link_rule, Some(proxy::BY_REQUEST_MATCH), "{o:?}");
+            assert_eq!(o.trace.parent_span_id, inb.trace.span_id);
+            assert_eq!(o.trace.trace_id, inb.trace.trace_id);
+            let legs = inb.upstream.as_ref().expect("its leg");
+            assert_eq!(legs.len(), 1);
+            assert_eq!(Some(legs[0].span_id), o.trace.span_id);
+        }
     }
 
     /// Two requests alike in flight at an event-loop proxy: no guess.

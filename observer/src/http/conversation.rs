@@ -266,6 +266,15 @@ impl Conversation {
         }
     }
 
+    /// Request `place` in flight (the HTTP/1.x request of that index, or
+    /// the HTTP/2 stream of that id), as proxy linking reads it.
+    pub fn asked_at(&self, place: u32, tid: Option<u32>) -> Option<super::proxy::Candidate<'_>> {
+        match &self.h2 {
+            Some(h2) => candidate(h2.streams().find(|x| x.stream_id == Some(place))?, tid),
+            None => self.asked(tid).filter(|(p, _)| *p == place).map(|(_, c)| c),
+        }
+    }
+
     /// Whether a request is in flight whose head was seen (see `serving`).
     pub fn serves(&self) -> bool {
         match &self.h2 {
