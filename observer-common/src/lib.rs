@@ -128,6 +128,8 @@ pub enum EventKind {
     DnsSockReleased = 10,
     /// Plaintext of an HTTP/1.x connection ([`http::PlaintextEvent`]).
     Plaintext = 11,
+    /// A TCP socket began or stopped listening ([`ListenEvent`]).
+    Listen = 12,
 }
 
 impl EventKind {
@@ -144,6 +146,7 @@ impl EventKind {
             9 => Some(Self::DnsPacket),
             10 => Some(Self::DnsSockReleased),
             11 => Some(Self::Plaintext),
+            12 => Some(Self::Listen),
             _ => None,
         }
     }
@@ -331,6 +334,24 @@ pub struct ProcessEvent {
     pub _pad: u32,
 }
 
+/// Record for [`EventKind::Listen`]: told in the order of the connections'
+/// events, so a process that listened, served and exited before userspace
+/// read its events is still known to have listened (/proc no longer can).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListenEvent {
+    pub hdr: EventHeader,
+    pub sk: u64,
+    /// The process that called listen() (0 when it stopped listening: the
+    /// last holder may be any).
+    pub pid: u32,
+    /// The local port, host order (0: not bound yet, listen() binds it).
+    pub port: u16,
+    /// 1: began listening; 0: the listening socket closed.
+    pub listening: u8,
+    pub _pad: u8,
+}
+
 /// Indexes into [`COUNTERS_MAP`]. Explicit ids: userspace reads them by number.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -481,4 +502,5 @@ const _: () = assert!(core::mem::size_of::<Conn>() == 192);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);
 const _: () = assert!(core::mem::size_of::<CloseEvent>() == 16 + 192 + 128);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<ListenEvent>() == 32);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 32 + EXEC_PATH_LEN);

@@ -10,7 +10,8 @@ use aya_ebpf::{
 use observer_common::{
     http::{self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
     tls::{library, TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
-    CloseEvent, Conn, Counter, EventHeader, EventKind, OwnerEvent, TlsConn, FLAG_TLS, SOCK_DONE,
+    CloseEvent, Conn, Counter, EventHeader, EventKind, ListenEvent, OwnerEvent, TlsConn, FLAG_TLS,
+    SOCK_DONE,
 };
 
 use crate::ctx::{copy_words, zero_words};
@@ -74,6 +75,24 @@ pub fn emit_owner(sk: u64, conn: &Conn, now: u64) {
         (*ev).dport = conn.dport;
         (*ev)._pad2 = 0;
         copy_words(&raw mut (*ev).daddr, &conn.daddr);
+    }
+    entry.submit(submit_flags());
+}
+
+/// Tells userspace that `sk` began (`pid` on `port`) or stopped listening.
+#[inline(always)]
+pub fn emit_listen(sk: u64, pid: u32, port: u16, listening: bool, now: u64) {
+    let Some(mut entry) = reserve::<ListenEvent>(EventKind::Listen, now) else {
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size.
+    unsafe {
+        (*ev).sk = sk;
+        (*ev).pid = pid;
+        (*ev).port = port;
+        (*ev).listening = u8::from(listening);
+        (*ev)._pad = 0;
     }
     entry.submit(submit_flags());
 }

@@ -16,7 +16,9 @@
 //! outbound connections get their owner. The passive side's SYN_RECV ->
 //! ESTABLISHED runs in softirq, where the current task is unrelated, so inbound
 //! connections are created ownerless and claimed by the first task that sends
-//! a payload on them (see `conn_packets`).
+//! a payload on them (see `conn_packets`). listen() (-> LISTEN) runs in the
+//! listening task: userspace learns which process listens where in the
+//! order of its connections' events.
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
@@ -30,7 +32,7 @@ use observer_common::{
 
 use crate::{
     ctx::{current_comm_into, field, now_ns, zeroed_in},
-    events::{emit_close, emit_owner, sk_err, sk_field, sk_srtt_us},
+    events::{emit_close, emit_listen, emit_owner, sk_err, sk_field, sk_srtt_us},
     maps::{count, emit_at_destroy, own_tgid, sock_tuple, CONNS},
 };
 
@@ -157,6 +159,8 @@ fn on_change(c: &impl Change) -> Option<()> {
         (CLOSE, SYN_SENT) => on_connect(c, sk),
         (SYN_SENT, ESTABLISHED) => on_established(c, sk),
         (SYN_RECV, ESTABLISHED) => on_accepted(c, sk),
+        (LISTEN, CLOSE) => on_listen(sk, 0, false),
+        (_, LISTEN) => on_listen(sk, c.sport(), true),
         (old, CLOSE) => on_close(c, sk, old),
         (ESTABLISHED, new) => on_closing(sk, new),
         _ => None,
@@ -182,6 +186,18 @@ fn on_connect(c: &impl Change, sk: u64) -> Option<()> {
     c.fill_tuple(conn);
     track(sk, conn, Counter::OutboundOpened, now)?;
     emit_owner(sk, conn, now);
+    Some(())
+}
+
+/// listen() runs in the listening task (its port is bound by then unless
+/// listen() binds it); a listener closes wherever its last holder lets go.
+fn on_listen(sk: u64, port: u16, listening: bool) -> Option<()> {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if listening && tgid == own_tgid() {
+        return None;
+    }
+    let pid = if listening { tgid } else { 0 };
+    emit_listen(sk, pid, port, listening, now_ns());
     Some(())
 }
 

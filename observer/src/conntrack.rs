@@ -454,6 +454,20 @@ impl ConnTable {
             }
             Event::Exit { pid } => {
                 self.procs.forget(pid);
+                self.listeners.exited(pid);
+                None
+            }
+            Event::Listen {
+                sk,
+                pid,
+                port,
+                listening,
+            } => {
+                if listening {
+                    self.listeners.began(sk, pid, port);
+                } else {
+                    self.listeners.ended(sk);
+                }
                 None
             }
         }

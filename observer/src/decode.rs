@@ -3,8 +3,8 @@
 use observer_common::{
     http::{PlaintextEvent, DATA_CAPTURE},
     tls::{TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN},
-    CloseEvent, Conn, EventHeader, EventKind, ExecEvent, OwnerEvent, ProcessEvent, TlsConn,
-    EXEC_PATH_LEN,
+    CloseEvent, Conn, EventHeader, EventKind, ExecEvent, ListenEvent, OwnerEvent, ProcessEvent,
+    TlsConn, EXEC_PATH_LEN,
 };
 
 /// A decoded ring-buffer record.
@@ -35,6 +35,14 @@ pub enum Event {
     },
     /// Process `pid` exited.
     Exit { pid: u32 },
+    /// Socket `sk` began listening on `port` in process `pid`
+    /// (`listening`), or its listening ended (`pid` 0).
+    Listen {
+        sk: u64,
+        pid: u32,
+        port: u16,
+        listening: bool,
+    },
     /// Process `pid` began using TLS through `library`.
     TlsProcess { pid: u32, library: u8 },
     /// A getaddrinfo call finished.
@@ -238,6 +246,15 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let ev: ProcessEvent = read(bytes, hdr.kind)?;
             Ok(Event::Exit { pid: ev.pid })
         }
+        EventKind::Listen => {
+            let ev: ListenEvent = read(bytes, hdr.kind)?;
+            Ok(Event::Listen {
+                sk: ev.sk,
+                pid: ev.pid,
+                port: ev.port,
+                listening: ev.listening != 0,
+            })
+        }
         EventKind::TlsProcess => {
             let ev: TlsProcessEvent = read(bytes, hdr.kind)?;
             Ok(Event::TlsProcess {
@@ -378,6 +395,23 @@ mod tests {
             _pad: 0,
         };
         assert_eq!(decode(as_bytes(&p)), Ok(Event::Exit { pid: 99 }));
+        let l = ListenEvent {
+            hdr: hdr(EventKind::Listen, 32),
+            sk: 7,
+            pid: 42,
+            port: 8080,
+            listening: 1,
+            _pad: 0,
+        };
+        assert_eq!(
+            decode(as_bytes(&l)),
+            Ok(Event::Listen {
+                sk: 7,
+                pid: 42,
+                port: 8080,
+                listening: true
+            })
+        );
         let mut filename = [0u8; EXEC_PATH_LEN];
         filename[..9].copy_from_slice(b"/bin/true");
         let e = ExecEvent {

@@ -5,8 +5,14 @@
 //! not known yet (a plain-TCP server's first request: the packet programs
 //! name the owner at its first send, after its legs have begun): the
 //! request is a candidate only for a process that listens on its port.
-//! Answers are kept a second per process, so a busy proxy reads /proc at
-//! most once a second.
+//!
+//! What the kernel told comes first: listen() calls, seen as the
+//! connections' events are (in their order), so a process that listened,
+//! served and exited before its events were read is still known (the ring
+//! is read on a timer, and /proc is gone with the process). /proc answers
+//! for the rest (sockets listened on before the observer started, or
+//! inherited: nginx's workers), kept a second per process, so a busy proxy
+//! reads it at most once a second.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -18,10 +24,16 @@ use std::{
 const FRESH: Duration = Duration::from_secs(1);
 /// Processes remembered at most (the oldest reading is dropped past it).
 const MAX_PROCESSES: usize = 1024;
+/// Listening sockets the kernel told of kept at most; past it, /proc answers.
+const MAX_TOLD: usize = 65_536;
 
 pub struct Listeners {
     proc_root: PathBuf,
     by_pid: HashMap<u32, (Instant, Vec<u16>)>,
+    /// Listening sockets told by the kernel: socket -> (process, port).
+    told: HashMap<u64, (u32, u16)>,
+    /// The same by process: its sockets.
+    told_by_pid: HashMap<u32, Vec<u64>>,
 }
 
 impl Listeners {
@@ -29,19 +41,62 @@ impl Listeners {
         Self {
             proc_root: proc_root.into(),
             by_pid: HashMap::new(),
+            told: HashMap::new(),
+            told_by_pid: HashMap::new(),
         }
+    }
+
+    /// The kernel told that socket `sk` began listening on `port` in
+    /// process `pid` (port 0: listen() binds it).
+    pub fn began(&mut self, sk: u64, pid: u32, port: u16) {
+        self.ended(sk);
+        if self.told.len() >= MAX_TOLD {
+            return;
+        }
+        self.told.insert(sk, (pid, port));
+        self.told_by_pid.entry(pid).or_default().push(sk);
+    }
+
+    /// Socket `sk` no longer listens.
+    pub fn ended(&mut self, sk: u64) {
+        let Some((pid, _)) = self.told.remove(&sk) else {
+            return;
+        };
+        if let Some(socks) = self.told_by_pid.get_mut(&pid) {
+            socks.retain(|&s| s != sk);
+            if socks.is_empty() {
+                self.told_by_pid.remove(&pid);
+            }
+        }
+    }
+
+    /// Process `pid` exited: what it told is forgotten (a child that
+    /// inherited its sockets is read from /proc).
+    pub fn exited(&mut self, pid: u32) {
+        for sk in self.told_by_pid.remove(&pid).unwrap_or_default() {
+            self.told.remove(&sk);
+        }
+        self.by_pid.remove(&pid);
     }
 
     /// Whether process `pid` listens on any TCP port: only a server can
     /// make a leg of a request it serves.
     pub fn listens_any(&mut self, pid: u32) -> bool {
-        self.ports(pid).is_some_and(|p| !p.is_empty())
+        self.told_by_pid.contains_key(&pid) || self.ports(pid).is_some_and(|p| !p.is_empty())
     }
 
-    /// Whether process `pid` listens on TCP port `port` (false when /proc
-    /// cannot tell).
+    /// Whether process `pid` listens on TCP port `port` (false when neither
+    /// the kernel nor /proc tells).
     pub fn listens(&mut self, pid: u32, port: u16) -> bool {
-        self.ports(pid).is_some_and(|p| p.contains(&port))
+        self.told_port(pid, port) || self.ports(pid).is_some_and(|p| p.contains(&port))
+    }
+
+    fn told_port(&self, pid: u32, port: u16) -> bool {
+        self.told_by_pid.get(&pid).is_some_and(|socks| {
+            socks
+                .iter()
+                .any(|sk| self.told.get(sk) == Some(&(pid, port)))
+        })
     }
 
     /// The ports `pid` listens on, read again when older than a second.
@@ -219,6 +274,24 @@ fn listening(table: &str) -> Vec<(u16, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_kernel_told_answers_for_a_process_gone_from_proc() {
+        let mut ls = Listeners::new("/nonexistent");
+        let pid = 4_000_001;
+        assert!(!ls.listens_any(pid));
+        ls.began(1, pid, 8080);
+        ls.began(2, pid, 0);
+        assert!(ls.listens_any(pid) && ls.listens(pid, 8080));
+        assert!(!ls.listens(pid, 8081) && !ls.listens(pid + 1, 8080));
+        ls.ended(1);
+        assert!(!ls.listens(pid, 8080), "closed");
+        assert!(ls.listens_any(pid), "still listens on the other");
+        ls.began(3, pid, 9090);
+        ls.exited(pid);
+        assert!(!ls.listens_any(pid) && !ls.listens(pid, 9090), "exited");
+        assert!(ls.told.is_empty() && ls.told_by_pid.is_empty());
+    }
 
     #[test]
     fn a_listening_socket_of_this_process_is_found_and_others_are_not() {

@@ -44,6 +44,11 @@ fn curl_parallel(port: u16, paths: &[String], h2: bool) -> HashMap<String, f64> 
     curl_fetch(port, paths, h2, "served /p")
 }
 
+/// The same over HTTP/1.1, each answer's body `answer`.
+fn curl_parallel_answered(port: u16, paths: &[String], answer: &str) -> HashMap<String, f64> {
+    curl_fetch(port, paths, false, answer)
+}
+
 fn curl_fetch(port: u16, paths: &[String], h2: bool, answer: &str) -> HashMap<String, f64> {
     let base = format!("http://127.0.0.1:{port}");
     let mut curl = Command::new("curl");
@@ -381,5 +386,83 @@ fn thread_per_request_proxy_legs_link_by_thread() {
             "{outer}: the proxy's own work"
         );
         assert!((own - (ours - ours_up)).abs() < 0.001, "{outer}: own time");
+    }
+}
+
+/// A gateway calling its upstream over HTTP/2 (tests/helpers/h2_gateway.js:
+/// Node's event loop, one h2 session opened at start-up): each leg is a
+/// stream of that one connection, linked by method and path to the request
+/// it serves; 10 concurrent requests link one to one, the upstream's own
+/// record of each stream the leg's child.
+#[test]
+fn gateway_legs_over_http2_streams_link_one_to_one() {
+    let Some(_serial) = begin("h2_gateway", &["node", "curl"]) else {
+        return;
+    };
+    const N: usize = 10;
+    let upstream = HelperServer::spawn(
+        Command::new("node")
+            .arg(helper("h2_server.js"))
+            .args(["0", &DELAY_MS.to_string()]),
+    );
+    let port = free_port();
+    let watch = Watch::start(&["--port", &format!("{port},{}", upstream.port)]);
+    // Started after the observer, as a user's would be.
+    let gateway = HelperServer::spawn(
+        Command::new("node")
+            .arg(helper("h2_gateway.js"))
+            .args([port.to_string(), upstream.port.to_string()]),
+    );
+    let paths: Vec<String> = (0..N).map(|i| format!("/p{i}")).collect();
+    let curl_says = curl_parallel_answered(port, &paths, "ok");
+    drop(gateway);
+    let w = watch.stop();
+    for path in &paths {
+        let find = |local: Option<u16>, remote: Option<u16>, dir: &str| -> Vec<&Value> {
+            w.requests
+                .iter()
+                .filter(|r| r["direction"] == dir && r["path"] == path.as_str())
+                .filter(|r| local.is_none_or(|p| r["local_port"] == p))
+                .filter(|r| remote.is_none_or(|p| r["remote_port"] == p))
+                .collect()
+        };
+        let inbound = find(Some(port), None, "inbound");
+        let client = find(None, Some(port), "outbound");
+        let leg = find(None, Some(upstream.port), "outbound");
+        let at_upstream = find(Some(upstream.port), None, "inbound");
+        assert_eq!(
+            (inbound.len(), client.len(), leg.len(), at_upstream.len()),
+            (1, 1, 1, 1),
+            "{path}: one record at each end of each hop"
+        );
+        let (inbound, client, leg, at_upstream) = (inbound[0], client[0], leg[0], at_upstream[0]);
+        assert!(
+            leg["stream_id"].is_u64(),
+            "{path}: an HTTP/2 stream: {leg:#}"
+        );
+        let trace = &client["trace_id"];
+        for r in [inbound, leg, at_upstream] {
+            assert_eq!(&r["trace_id"], trace, "{path}: {r:#}");
+        }
+        assert_eq!(inbound["parent_span_id"], client["span_id"], "{path}");
+        assert_eq!(leg["parent_span_id"], inbound["span_id"], "{path}: {leg:#}");
+        assert_eq!(leg["link_rule"], "request_match", "{path}");
+        assert_eq!(at_upstream["parent_span_id"], leg["span_id"], "{path}");
+        let upstream_legs = inbound["upstream"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{inbound:#}"));
+        assert_eq!(upstream_legs.len(), 1, "{path}: {inbound:#}");
+        assert_eq!(upstream_legs[0]["span_id"], leg["span_id"], "{path}");
+        // The upstream answers after the injected delay; curl's clock holds
+        // the whole call (its end stamped in its loop: 1 ms allowed).
+        let ours = ms(&inbound["duration_ns"]);
+        let ours_up = ms(&upstream_legs[0]["duration_ns"]);
+        let curl_ms = curl_says[path];
+        eprintln!("{path}: ours {ours:.3} ms (upstream {ours_up:.3}), curl {curl_ms:.3} ms");
+        assert!(
+            ours_up >= f64::from(DELAY_MS),
+            "{path}: the leg holds the delay"
+        );
+        assert!(ours_up <= ours && ours <= curl_ms + 1.0, "{path}");
     }
 }
