@@ -1,4 +1,5 @@
-//! Command line. Flags named here are a contract (README): add, never rename.
+//! Command line. Flags named here are a contract (docs/: each command's page): add,
+//! never rename.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The connection record: what `observer watch --json` prints, one per line.
 //!
-//! Field names are a contract (README, "JSON record"): later work adds fields,
+//! Field names are a contract (docs/records.md): later work adds fields,
 //! never renames these.
 
 use std::{

@@ -86,6 +86,36 @@ fn curl_fetch(port: u16, paths: &[String], h2: bool, answer: &str) -> HashMap<St
     says
 }
 
+/// The records of one proxied call (curl's `client`, the proxy's `inbound`,
+/// its `leg`, the server's record of it `at_server`) are one trace, each the
+/// child of the one before, the leg linked by `rule` and the inbound
+/// record's only upstream leg: that entry.
+fn assert_one_trace<'a>(
+    call: &str,
+    [client, inbound, leg, at_server]: [&'a Value; 4],
+    rule: &str,
+) -> &'a Value {
+    let trace = &client["trace_id"];
+    assert!(trace.is_string(), "{call}: {client:#}");
+    for r in [inbound, leg, at_server] {
+        assert_eq!(&r["trace_id"], trace, "{call}: {r:#}");
+    }
+    assert_eq!(inbound["parent_span_id"], client["span_id"], "{call}");
+    assert_eq!(leg["parent_span_id"], inbound["span_id"], "{call}: {leg:#}");
+    assert_eq!(leg["link_rule"], rule, "{call}: {leg:#}");
+    assert_eq!(at_server["parent_span_id"], leg["span_id"], "{call}");
+    let upstream = inbound["upstream"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{call}: {inbound:#}"));
+    assert_eq!(upstream.len(), 1, "{call}: {inbound:#}");
+    assert_eq!(
+        upstream[0]["span_id"], leg["span_id"],
+        "{call}: linked to its own leg"
+    );
+    assert_eq!(upstream[0]["link_rule"], rule, "{call}");
+    &upstream[0]
+}
+
 const PATHS: usize = 20;
 const DELAY_MS: u32 = 40;
 
@@ -167,28 +197,12 @@ fn proxied(test: &str, upstream_tls: bool, front_h2: bool) {
         let (inbound, leg, at_backend, client) =
             (inbound[0], legs_out[0], at_backend[0], client[0]);
         // One trace: curl -> nginx -> the leg -> the backend.
-        let trace = &client["trace_id"];
-        assert!(trace.is_string(), "{client:#}");
-        for r in [inbound, leg, at_backend] {
-            assert_eq!(&r["trace_id"], trace, "{path}: {r:#}");
-        }
-        assert_eq!(inbound["parent_span_id"], client["span_id"], "{path}");
-        assert_eq!(leg["parent_span_id"], inbound["span_id"], "{path}: {leg:#}");
-        assert_eq!(leg["link_rule"], "request_match", "{path}: {leg:#}");
-        assert_eq!(at_backend["parent_span_id"], leg["span_id"], "{path}");
-        let upstream = inbound["upstream"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{inbound:#}"));
-        assert_eq!(upstream.len(), 1, "{path}: {inbound:#}");
-        assert_eq!(
-            upstream[0]["span_id"], leg["span_id"],
-            "{path}: linked to its own leg"
-        );
-        assert_eq!(upstream[0]["remote_port"], backend.port);
+        let up = assert_one_trace(&path, [client, inbound, leg, at_backend], "request_match");
+        assert_eq!(up["remote_port"], backend.port);
         // Against nginx's own clock.
         let (request_time, upstream_time) = nginx_says[&path];
         let ours = ms(&inbound["duration_ns"]);
-        let ours_up = ms(&upstream[0]["duration_ns"]);
+        let ours_up = ms(&up["duration_ns"]);
         let own = ms(&inbound["own_time_ns"]);
         eprintln!(
             "{path}: nginx {request_time:.0} ms (upstream {upstream_time:.0}), \
@@ -220,8 +234,8 @@ fn proxied(test: &str, upstream_tls: bool, front_h2: bool) {
         // here while the other transfers kept it busy). Ours is never
         // longer, and nginx's exceeds it by no more than those waits.
         let at = |r: &Value| r["start_unix_ns"].as_u64().unwrap() as f64 / 1e6;
-        let before_leg = at(&upstream[0]) - at(inbound);
-        let after_leg = (at(inbound) + ours) - (at(&upstream[0]) + ours_up);
+        let before_leg = at(up) - at(inbound);
+        let after_leg = (at(inbound) + ours) - (at(up) + ours_up);
         eprintln!(
             "{path}: the leg began {before_leg:.3} ms into the request, ended {after_leg:.3} ms \
              before its answer"
@@ -326,34 +340,17 @@ fn thread_per_request_proxy_legs_link_by_thread() {
             "{outer}: one record at each end of each hop"
         );
         let (inbound, client, leg, at_backend) = (inbound[0], client[0], leg[0], at_backend[0]);
-        let trace = &client["trace_id"];
-        assert!(trace.is_string(), "{client:#}");
-        for r in [inbound, leg, at_backend] {
-            assert_eq!(&r["trace_id"], trace, "{outer}: {r:#}");
-        }
-        assert_eq!(inbound["parent_span_id"], client["span_id"], "{outer}");
-        assert_eq!(
-            leg["parent_span_id"], inbound["span_id"],
-            "{outer}: {leg:#}"
-        );
-        assert_eq!(leg["link_rule"], "thread", "{outer}: {leg:#}");
+        let up = assert_one_trace(&outer, [client, inbound, leg, at_backend], "thread");
         assert_eq!(
             leg["tid"], inbound["tid"],
             "{outer}: one thread served both"
         );
         assert_ne!(leg["tid"], leg["pid"], "{outer}: a worker thread");
-        assert_eq!(at_backend["parent_span_id"], leg["span_id"], "{outer}");
-        let upstream = inbound["upstream"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{inbound:#}"));
-        assert_eq!(upstream.len(), 1, "{outer}: {inbound:#}");
-        assert_eq!(upstream[0]["span_id"], leg["span_id"], "{outer}");
-        assert_eq!(upstream[0]["link_rule"], "thread");
         // Against the proxy's own clock: its upstream call (a connect, the
         // request, the answer read) is our leg, from its connect on.
         let (request_ms, leg_ms) = proxy_says[&outer];
         let ours = ms(&inbound["duration_ns"]);
-        let ours_up = ms(&upstream[0]["duration_ns"]);
+        let ours_up = ms(&up["duration_ns"]);
         let own = ms(&inbound["own_time_ns"]);
         let curl_ms = curl_says[&outer];
         eprintln!(
@@ -440,23 +437,11 @@ fn gateway_legs_over_http2_streams_link_one_to_one() {
             leg["stream_id"].is_u64(),
             "{path}: an HTTP/2 stream: {leg:#}"
         );
-        let trace = &client["trace_id"];
-        for r in [inbound, leg, at_upstream] {
-            assert_eq!(&r["trace_id"], trace, "{path}: {r:#}");
-        }
-        assert_eq!(inbound["parent_span_id"], client["span_id"], "{path}");
-        assert_eq!(leg["parent_span_id"], inbound["span_id"], "{path}: {leg:#}");
-        assert_eq!(leg["link_rule"], "request_match", "{path}");
-        assert_eq!(at_upstream["parent_span_id"], leg["span_id"], "{path}");
-        let upstream_legs = inbound["upstream"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{inbound:#}"));
-        assert_eq!(upstream_legs.len(), 1, "{path}: {inbound:#}");
-        assert_eq!(upstream_legs[0]["span_id"], leg["span_id"], "{path}");
+        let up = assert_one_trace(path, [client, inbound, leg, at_upstream], "request_match");
         // The upstream answers after the injected delay; curl's clock holds
         // the whole call (its end stamped in its loop: 1 ms allowed).
         let ours = ms(&inbound["duration_ns"]);
-        let ours_up = ms(&upstream_legs[0]["duration_ns"]);
+        let ours_up = ms(&up["duration_ns"]);
         let curl_ms = curl_says[path];
         eprintln!("{path}: ours {ours:.3} ms (upstream {ours_up:.3}), curl {curl_ms:.3} ms");
         assert!(

@@ -881,7 +881,7 @@ fn go_plaintext_runs() -> BTreeMap<String, u64> {
 /// (all-process probes: six per request); the file is per process in the
 /// summary while its busy server runs. (A process started from the file
 /// meanwhile is held for probes of its own; its first answer was missed in
-/// 1 of 9 tries: not asserted until that is found, see README.)
+/// 1 of 9 tries: not asserted until that is found, see docs/tls.md.)
 #[test]
 fn a_busy_go_server_stops_trapping() {
     let Some(_serial) = begin("tls_go_busy", &["openssl", "go", "curl", "bpftool"]) else {

@@ -15,7 +15,7 @@ use super::{
     thresholds::{ns, Thresholds},
 };
 
-/// The fixed list of causes (a contract: README, span attribute, metric).
+/// The fixed list of causes (a contract: docs/diagnose-and-top.md, span attribute, metric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Cause {
