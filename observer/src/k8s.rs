@@ -20,7 +20,7 @@ use std::{
 use serde::Serialize;
 
 /// A process's container, as records carry it (`"container"`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Container {
     /// The runtime's id (64 hex characters), or null inside a pod whose
     /// cgroup path names none.

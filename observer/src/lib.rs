@@ -30,6 +30,7 @@ pub mod privileges;
 pub mod process;
 pub mod programs;
 pub mod record;
+pub mod schema;
 pub mod stats;
 pub mod tls;
 pub mod top;

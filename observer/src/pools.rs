@@ -50,7 +50,7 @@ pub struct PoolKey {
 }
 
 /// Connections closed, by who closed them (`ConnRecord::closed_by`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Closes {
     pub client: u64,
     pub server: u64,
@@ -76,9 +76,10 @@ impl Closes {
 
 /// One pool as it stood at a tick (`watch --pools`: `"kind": "pool"`).
 /// Counters run from when the observer first saw the pool (`since_unix_ns`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PoolRecord {
     /// Always "pool".
+    #[schemars(extend("const" = "pool"))]
     pub kind: &'static str,
     pub time_unix_ns: u64,
     pub pid: u32,

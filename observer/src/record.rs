@@ -16,21 +16,21 @@ use serde::Serialize;
 use crate::clock::Clock;
 
 /// Whether a record is final or a snapshot of a connection that is still open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     Closed,
     Open,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     Outbound,
     Inbound,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Ipv4,
@@ -52,9 +52,10 @@ pub struct Owner {
     pub container: Option<Arc<crate::k8s::Container>>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ConnRecord {
     /// Always "connection" (DNS records will carry "dns").
+    #[schemars(extend("const" = "connection"))]
     pub kind: &'static str,
     pub state: State,
     pub pid: Option<u32>,

@@ -414,6 +414,9 @@ impl Watch {
                 serde_json::from_str::<Value>(&l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}"))
             })
             .partition(|r| r["kind"] == "request");
+        for r in records.iter().chain(&requests) {
+            assert_record_fits_schema(r);
+        }
         let mut stderr = std::mem::take(&mut self.stderr_seen);
         stderr.extend(self.stderr.iter());
         assert!(
@@ -427,6 +430,47 @@ impl Watch {
             status,
         }
     }
+}
+
+/// Asserts that `record` (a line of `watch --json`) is valid against
+/// docs/records.schema.json, the schema generated from observer's types:
+/// every test's records are checked, whatever the test itself looks at.
+pub fn assert_record_fits_schema(record: &Value) {
+    type ByKind = std::collections::HashMap<String, jsonschema::Validator>;
+    static SCHEMA: std::sync::OnceLock<ByKind> = std::sync::OnceLock::new();
+    let by_kind = SCHEMA.get_or_init(|| {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/records.schema.json");
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let schema: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // One validator per kind (its definition, found by its `kind`
+        // constant): errors then name the fields, not "none of the kinds".
+        let defs = schema["$defs"].as_object().expect("$defs");
+        defs.iter()
+            .filter_map(|(name, d)| Some((d["properties"]["kind"]["const"].as_str()?, name)))
+            .map(|(kind, name)| {
+                let one = serde_json::json!({
+                    "$schema": schema["$schema"],
+                    "$ref": format!("#/$defs/{name}"),
+                    "$defs": schema["$defs"],
+                });
+                let v =
+                    jsonschema::draft202012::new(&one).unwrap_or_else(|e| panic!("{name}: {e}"));
+                (kind.to_owned(), v)
+            })
+            .collect()
+    });
+    let kind = record["kind"].as_str().unwrap_or_default();
+    let Some(validator) = by_kind.get(kind) else {
+        panic!("a record of a kind docs/records.schema.json does not have: {record}");
+    };
+    let errors: Vec<String> = validator
+        .iter_errors(record)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "a {kind} record does not fit docs/records.schema.json: {errors:#?}\n{record:#}"
+    );
 }
 
 impl Drop for Watch {
@@ -879,5 +923,43 @@ mod agree_with_clock_tests {
     #[should_panic(expected = "no times")]
     fn no_samples_fail() {
         agree_with_clock("t", &[], &[], 200.0, 0.1, 1.0);
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::{assert_record_fits_schema, Value};
+
+    /// A pool record as `watch --pools` prints it, with `change` applied.
+    fn pool_record(change: impl FnOnce(&mut Value)) -> Value {
+        let mut r = serde_json::json!({
+            "kind": "pool", "time_unix_ns": 2, "pid": 7, "comm": "curl",
+            "exe": "/usr/bin/curl", "container": null, "peer_addr": "127.0.0.1",
+            "peer_port": 80, "server_name": null, "open": 1, "busy": 0, "idle": 1,
+            "requests": 3, "new_connections": 1, "new_connection_share": 0.33,
+            "closed": {"client": 0, "server": 0, "reset": 0, "goaway": 0},
+            "requests_per_connection": null, "age_at_close_ns": null,
+            "since_unix_ns": 1
+        });
+        change(&mut r);
+        r
+    }
+
+    #[test]
+    fn the_schema_takes_a_record_as_printed_and_refuses_any_other() {
+        let ok = pool_record(|_| {});
+        if let Err(why) = std::panic::catch_unwind(|| assert_record_fits_schema(&ok)) {
+            panic!("{why:?}: the pool fields changed? {}", ok);
+        }
+        for bad in [
+            pool_record(|r| r["extra"] = 1.into()),
+            pool_record(|r| r["open"] = "one".into()),
+            pool_record(|r| {
+                r.as_object_mut().unwrap().remove("busy");
+            }),
+        ] {
+            let refused = std::panic::catch_unwind(|| assert_record_fits_schema(&bad));
+            assert!(refused.is_err(), "taken: {bad}");
+        }
     }
 }

@@ -16,7 +16,9 @@ use super::{
 };
 
 /// The fixed list of causes (a contract: docs/diagnose-and-top.md, span attribute, metric).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Cause {
     Dns,
@@ -63,7 +65,7 @@ impl Cause {
 }
 
 /// The figures a verdict rests on (null: not measured on this call).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Figures {
     pub total_ns: u64,
     pub dns_ns: Option<u64>,
@@ -90,7 +92,7 @@ pub struct Figures {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     pub cause: Cause,
     pub evidence: String,

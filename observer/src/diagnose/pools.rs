@@ -43,9 +43,10 @@ struct Series {
 }
 
 /// One pool that leaks, with the figures that show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Leak {
     /// Always "pool_leak".
+    #[schemars(extend("const" = "pool_leak"))]
     pub kind: &'static str,
     pub pid: u32,
     pub comm: Option<String>,

@@ -24,9 +24,10 @@ pub fn dur(ns: u64) -> String {
 }
 
 /// `observer diagnose --json`: one per diagnosed call.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Verdict<'a> {
     /// Always "diagnosis".
+    #[schemars(extend("const" = "diagnosis"))]
     pub kind: &'static str,
     pub cause: Cause,
     pub evidence: &'a str,

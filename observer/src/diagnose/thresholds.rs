@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, clap::Args)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema, clap::Args)]
 pub struct Thresholds {
     /// A name lookup slower than this is slow (milliseconds).
     #[arg(long = "dns-ms", value_name = "MS", default_value_t = 100.0, value_parser = parse_ms)]

@@ -16,9 +16,10 @@ use serde::Serialize;
 use crate::{clock::Clock, record::comm_str_n};
 
 /// One lookup, as `observer watch --json` prints it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DnsRecord {
     /// Always "dns".
+    #[schemars(extend("const" = "dns"))]
     pub kind: &'static str,
     pub pid: u32,
     pub tid: u32,
@@ -60,7 +61,7 @@ pub struct DnsRecord {
 }
 
 /// The `dns` object of a connection record.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DnsJoin {
     pub name: Arc<str>,
     pub duration_ns: u64,

@@ -21,12 +21,12 @@ pub struct History {
 
 /// The `gpu` object of a record: the devices the process held a context on
 /// during the connection.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct GpuRecord {
     pub devices: Vec<GpuUse>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct GpuUse {
     pub uuid: Option<String>,
     pub utilization_gpu_pct_max: Option<u32>,

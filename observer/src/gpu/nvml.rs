@@ -22,7 +22,7 @@ pub struct NvmlUnavailable {
 }
 
 /// One process holding a context on a device.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct GpuProcess {
     pub pid: u32,
     pub used_memory_bytes: Option<u64>,
@@ -33,7 +33,7 @@ pub struct GpuProcess {
 }
 
 /// One device at one instant.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DeviceSample {
     pub index: u32,
     pub uuid: Option<String>,

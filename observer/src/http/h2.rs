@@ -293,7 +293,7 @@ pub struct H2 {
 const MAX_EARLY_FRAMES: usize = 16;
 
 /// What one HTTP/2 connection's frames showed, on its connection record.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct H2Counts {
     /// Streams begun (request HEADERS seen).
     pub streams: u32,

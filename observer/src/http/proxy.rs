@@ -100,7 +100,7 @@ pub fn waiting_at(c: &Candidate<'_>, start_ns: u64) -> bool {
 }
 
 /// One leg of a proxied request, on the inbound request's record.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct UpstreamLeg {
     pub remote_addr: IpAddr,
     pub remote_port: u16,

@@ -15,7 +15,7 @@ use crate::{
     record::{ConnRecord, Direction, Host},
 };
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct StreamStats {
     /// Server-sent events (null when a read was too long to be copied whole).
     pub events: Option<u32>,
@@ -25,7 +25,7 @@ pub struct StreamStats {
     pub max_gap_ns: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct GenAi {
     pub provider: &'static str,
     pub operation: &'static str,
@@ -60,7 +60,7 @@ pub struct GenAi {
 }
 
 /// The gaps between a call's content events.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct GapStats {
     pub count: u32,
     pub mean_ns: u64,
@@ -71,7 +71,7 @@ pub struct GapStats {
 }
 
 /// A gRPC call: the RPC conventions' fields and what its frames showed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RpcRecord {
     /// Always "grpc".
     pub system: &'static str,
@@ -88,9 +88,10 @@ pub struct RpcRecord {
     pub time_to_first_message_ns: Option<u64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RequestRecord {
     /// Always "request".
+    #[schemars(extend("const" = "request"))]
     pub kind: &'static str,
     pub pid: Option<u32>,
     pub tid: Option<u32>,
@@ -169,7 +170,7 @@ pub struct RequestRecord {
 /// carried a `traceparent` (our span is then the child of the caller's);
 /// a server's record of a request whose client is on this host and seen
 /// is the child of the client's record.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Trace {
     /// 32 lowercase hex digits (null: the record was not placed).
     pub trace_id: Option<Hex<16>>,

@@ -106,6 +106,20 @@ impl<const N: usize> Serialize for Hex<N> {
     }
 }
 
+/// In the records' JSON Schema: the lowercase hex string `Serialize` writes.
+impl<const N: usize> schemars::JsonSchema for Hex<N> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        format!("Hex{N}").into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": format!("^[0-9a-f]{{{}}}$", 2 * N),
+        })
+    }
+}
+
 /// A request record's place in a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpanIds {

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// How `ttfb_ns` was measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TtfbSource {
     /// From the plaintext calls: exact.
@@ -29,7 +29,7 @@ pub enum TtfbSource {
 }
 
 /// Where the `tls` object's times come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TlsSource {
     /// The TLS library's own calls (uprobes).
@@ -52,7 +52,7 @@ pub enum TtfbUnmeasured {
     WireTls13,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TlsRecord {
     /// null: read on the wire (`source` "wire").
     pub library: Option<&'static str>,
