@@ -22,14 +22,20 @@ use std::collections::BTreeMap;
 
 use observer_common::{http::PlaintextEvent, tls::op};
 
+use crate::record::H2Counts;
+
 use super::{
-    conversation::{pieces, Exchange, Stream},
+    exchange::{pieces, Exchange, Stream},
     gen_ai,
     grpc::{self, Piece, Rpc},
     head::Head,
     hpack_partial,
     trace_context::{tracestate, TraceParent},
 };
+
+/// Payload bytes of an HTTP/2 DATA frame kept for the event and API
+/// scanners: a call copies no more.
+const DATA_KEEP: usize = observer_common::http::DATA_CAPTURE;
 
 /// The client's connection preface.
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -292,22 +298,6 @@ pub struct H2 {
 /// Answer frames held for requests not seen yet, per connection.
 const MAX_EARLY_FRAMES: usize = 16;
 
-/// What one HTTP/2 connection's frames showed, on its connection record.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
-pub struct H2Counts {
-    /// Streams begun (request HEADERS seen).
-    pub streams: u32,
-    /// RST_STREAM frames, either way.
-    pub resets: u32,
-    /// GOAWAY frames, either way.
-    pub goaways: u32,
-    /// Header blocks that could not be decoded.
-    pub undecodable_headers: u64,
-    /// Times a direction's frames were lost track of (a frame header among
-    /// the bytes not copied).
-    pub out_of_step: u64,
-}
-
 impl std::fmt::Debug for H2 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("H2")
@@ -433,7 +423,7 @@ impl H2 {
                     if let Some(f) = &mut dir.frame {
                         let room = match f.kind {
                             HEADERS | CONTINUATION => MAX_BLOCK,
-                            DATA => super::DATA_KEEP,
+                            DATA => DATA_KEEP,
                             _ => KEEP_SMALL,
                         };
                         if f.kind == DATA {
@@ -694,7 +684,7 @@ impl H2 {
             }
             let body = &f.kept;
             if let Some(s) = &mut x.stream {
-                s.read(body, f.whole && f.len <= super::DATA_KEEP, t);
+                s.read(body, f.whole && f.len <= DATA_KEEP, t);
                 s.mark_end(body);
             }
             if let Some(c) = &mut x.call {

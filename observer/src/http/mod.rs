@@ -8,6 +8,7 @@
 
 mod body;
 mod conversation;
+mod exchange;
 mod gaps;
 mod gen_ai;
 mod grpc;
@@ -22,9 +23,5 @@ mod scan;
 pub mod trace_context;
 
 pub use conversation::Conversation;
-pub use h2::H2Counts;
 pub use record::{GapStats, GenAi, RequestRecord, RpcRecord, StreamStats, Trace};
 
-/// Payload bytes of an HTTP/2 DATA frame kept for the event and API
-/// scanners: a call copies no more.
-const DATA_KEEP: usize = observer_common::http::DATA_CAPTURE;

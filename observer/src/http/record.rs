@@ -5,7 +5,7 @@ use std::{net::IpAddr, sync::Arc};
 use serde::Serialize;
 
 use super::{
-    conversation::{Cut, Exchange},
+    exchange::{Cut, Exchange},
     gen_ai::Call,
     trace_context::{Hex, SpanId, SpanIds, TraceId, TraceParent},
 };
