@@ -35,4 +35,5 @@ pub mod stats;
 pub mod tls;
 pub mod top;
 pub mod tracefs;
+pub mod units;
 pub mod watch;

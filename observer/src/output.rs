@@ -3,7 +3,10 @@
 
 use std::io::{self, Write};
 
-use crate::record::{ConnRecord, Direction, State};
+use crate::{
+    record::{ConnRecord, Direction, State},
+    units::{fmt_bytes, fmt_ns, fmt_time},
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -12,38 +15,6 @@ pub enum Format {
 }
 
 pub const HEADER: &str = "TIME(UTC)     PID      COMM             DIR  REMOTE                                  LOCAL                                   CONNECT      TLS      TTFB  DURATION      SENT      RECV  RTX  SRTT     ERROR  SERVER-NAME";
-
-/// "1.23ms"-style durations; "-" for phases that did not happen.
-pub fn fmt_ns(ns: Option<u64>) -> String {
-    match ns {
-        None => "-".into(),
-        Some(ns) if ns < 1_000_000 => format!("{:.3}ms", ns as f64 / 1e6),
-        Some(ns) if ns < 1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
-        Some(ns) => format!("{:.2}s", ns as f64 / 1e9),
-    }
-}
-
-pub fn fmt_bytes(b: u64) -> String {
-    match b {
-        b if b < 1024 => format!("{b}B"),
-        b if b < 1024 * 1024 => format!("{:.1}KiB", b as f64 / 1024.0),
-        b if b < 1024 * 1024 * 1024 => format!("{:.1}MiB", b as f64 / 1048576.0),
-        b => format!("{:.2}GiB", b as f64 / 1073741824.0),
-    }
-}
-
-/// HH:MM:SS.mmm (UTC) of a Unix time in nanoseconds.
-pub fn fmt_time(unix_ns: u64) -> String {
-    let ms = unix_ns / 1_000_000;
-    let secs = ms / 1000;
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        (secs / 3600) % 24,
-        (secs / 60) % 60,
-        secs % 60,
-        ms % 1000
-    )
-}
 
 fn endpoint(addr: &std::net::IpAddr, port: u16) -> String {
     std::net::SocketAddr::new(*addr, port).to_string()

@@ -18,7 +18,7 @@ use foldhash::HashMap;
 use serde::Serialize;
 
 use crate::{
-    export::metrics::{self, Hist},
+    export::hist::{Hist, AGE_BUCKETS, REQUEST_BUCKETS},
     http::RequestRecord,
     record::{ConnRecord, Direction, Owner, State},
 };
@@ -264,12 +264,12 @@ impl Pools {
         let age = r.duration_ns.unwrap_or(0);
         t.age_sum_ns += age;
         t.ages
-            .observe(metrics::bounds(metrics::POOL_AGE), age as f64 / 1e9);
+            .observe(&AGE_BUCKETS, age as f64 / 1e9);
         if let Some(n) = r.requests {
             t.closed_http += 1;
             t.closed_requests += u64::from(n);
             t.per_connection
-                .observe(metrics::bounds(metrics::POOL_CONN_REQUESTS), f64::from(n));
+                .observe(&REQUEST_BUCKETS, f64::from(n));
         }
         p.changed = true;
     }

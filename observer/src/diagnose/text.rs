@@ -83,7 +83,7 @@ pub fn block(c: &Call, d: &Diagnosis) -> String {
     };
     format!(
         "{:<13} {:>9}  {:<8} {:<8} {:<16} {} {remote} {what}\n    {}",
-        crate::output::fmt_time(c.start_unix_ns),
+        crate::units::fmt_time(c.start_unix_ns),
         dur(d.figures.total_ns),
         d.cause.as_str(),
         c.pid.map_or("-".into(), |p| p.to_string()),

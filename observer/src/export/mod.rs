@@ -5,6 +5,7 @@
 pub mod attrs;
 pub mod config;
 mod grpc_bytes;
+pub mod hist;
 pub mod metrics;
 pub mod otlp;
 pub mod prometheus;

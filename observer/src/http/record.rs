@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     clock::Clock,
-    output::{fmt_bytes, fmt_ns, fmt_time},
+    units::{fmt_bytes, fmt_ns, fmt_time},
     record::{ConnRecord, Direction, Host},
 };
 

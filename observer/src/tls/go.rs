@@ -16,31 +16,19 @@ use observer_common::tls::{
     go::{GoOffsets, GO_OFFSETS_MAP, MAX_GO_BINARIES},
     library,
 };
-use serde::Serialize;
 
-use super::{report::TlsFileReport, site::ProbeSite};
+use super::{
+    report::{GoExecutableReport, TlsFileReport},
+    site::ProbeSite,
+};
 use crate::{
     ebpf::Probes,
     libraries::{
-        golang::{self, GoImage, OffsetsSource, SymbolSource},
+        golang::{self, GoImage},
         procmaps::FileId,
     },
     programs::{self, Feature, Library, GO_RETURN},
 };
-
-/// A Go executable looked at: probed, or why not (for `doctor`).
-#[derive(Clone, Debug, Serialize)]
-pub struct GoExecutableReport {
-    pub path: String,
-    /// The Go version it was built with (null: not read).
-    pub version: Option<String>,
-    /// Uprobes placed (entries and returns).
-    pub probes: usize,
-    pub symbols_from: Option<SymbolSource>,
-    pub offsets_from: Option<OffsetsSource>,
-    /// Why it got no probes (no crypto/tls, stripped, unsupported version).
-    pub not_probed: Option<String>,
-}
 
 /// What looking at a Go executable gave: its report, its file's (when it
 /// links crypto/tls) and the plaintext probes for the caller to place.

@@ -25,7 +25,7 @@ use std::{
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, RingBuf};
 use observer_common::hold::{ExeKey, HoldEvent, EXE_KNOWN_MAP, HOLDS_RING, HOLD_UNTIL_MAP};
 
-use super::manager::Command;
+use super::command::Command;
 use crate::{ebpf::Probes, libraries::procmaps::FileId};
 
 /// How far ahead of the clock the manager keeps `HOLD_UNTIL`.

@@ -35,6 +35,7 @@ use observer_common::{
 };
 
 use super::{
+    command::Command,
     go::{listed, GoConsidered, GoFiles},
     hold::{resume, Holds},
     report::{Policy, Settings, TlsFileReport, TlsReport},
@@ -55,20 +56,6 @@ use crate::{
 /// Where the discovery hands the C libraries it finds besides the system's
 /// (musl, a container's glibc): the DNS resolver probes, set by the owner.
 pub type OnCLibrary = Box<dyn FnMut(&mut Probes, &Path, &str) + Send>;
-
-/// Messages from the correlator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Command {
-    /// The process began using TLS.
-    TlsProcess(u32),
-    /// The kernel saw the process pass the plaintext call-rate limit.
-    Busy(u32, u32),
-    Exec(u32),
-    Exit(u32),
-    /// A process stopped at exec: its executable was not looked at yet.
-    Held(HoldEvent),
-    Stop,
-}
 
 struct TlsFile {
     attach: PathBuf,

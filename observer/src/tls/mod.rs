@@ -2,6 +2,7 @@
 //! object of connection records. The kernel side is observer-ebpf's
 //! `tls_calls`, `libssl`, `libgnutls`, `go_tls`, `rustls` and `tls_state`.
 
+mod command;
 mod go;
 mod hold;
 pub mod manager;
@@ -11,8 +12,10 @@ mod rustls;
 mod site;
 pub mod uprobe_events;
 
-pub use go::GoExecutableReport;
-pub use manager::{Command, OnCLibrary, TlsProbes};
+pub use command::Command;
+pub use manager::{OnCLibrary, TlsProbes};
 pub use record::{TlsRecord, TlsSource, TtfbSource, TtfbUnmeasured};
-pub use report::{ExecHoldReport, Policy, Settings, TlsFileReport, TlsReport};
-pub use rustls::RustlsExecutableReport;
+pub use report::{
+    ExecHoldReport, GoExecutableReport, Policy, RustlsExecutableReport, Settings, TlsFileReport,
+    TlsReport,
+};

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::libraries::golang::{OffsetsSource, SymbolSource};
+
 /// When the plaintext read/write probes are attached (`--tls-plaintext-probes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -52,11 +54,11 @@ pub struct TlsReport {
     /// Times a file went per process for a busy process on it.
     pub files_per_process_total: u64,
     /// Go executables seen: probed, or why not.
-    pub go_executables: Vec<super::go::GoExecutableReport>,
+    pub go_executables: Vec<GoExecutableReport>,
     /// Go executables beyond the listed ones.
     pub go_executables_unlisted: u64,
     /// Rust executables with rustls seen: probed, or why not.
-    pub rustls_executables: Vec<super::rustls::RustlsExecutableReport>,
+    pub rustls_executables: Vec<RustlsExecutableReport>,
     /// Rust executables with rustls beyond the listed ones.
     pub rustls_executables_unlisted: u64,
     /// New executables' first processes held at exec: on, or why not.
@@ -106,4 +108,30 @@ impl TlsFileReport {
             errors: Vec::new(),
         }
     }
+}
+
+/// A Go executable looked at: probed, or why not (for `doctor`).
+#[derive(Clone, Debug, Serialize)]
+pub struct GoExecutableReport {
+    pub path: String,
+    /// The Go version it was built with (null: not read).
+    pub version: Option<String>,
+    /// Uprobes placed (entries and returns).
+    pub probes: usize,
+    pub symbols_from: Option<SymbolSource>,
+    pub offsets_from: Option<OffsetsSource>,
+    /// Why it got no probes (no crypto/tls, stripped, unsupported version).
+    pub not_probed: Option<String>,
+}
+
+/// A Rust executable with rustls looked at: probed, or why not (`doctor`).
+#[derive(Clone, Debug, Serialize)]
+pub struct RustlsExecutableReport {
+    pub path: String,
+    /// Uprobes placed (entries and returns).
+    pub probes: usize,
+    /// "legacy" or "v0" symbol mangling.
+    pub mangling: Option<&'static str>,
+    /// Why it got no probes (stripped, functions not found).
+    pub not_probed: Option<String>,
 }

@@ -8,26 +8,16 @@
 use std::path::Path;
 
 use observer_common::tls::library;
-use serde::Serialize;
 
-use super::{report::TlsFileReport, site::ProbeSite};
+use super::{
+    report::{RustlsExecutableReport, TlsFileReport},
+    site::ProbeSite,
+};
 use crate::{
     ebpf::Probes,
     libraries::{procmaps::FileId, rustls as rl},
     programs::{self, Feature, Library},
 };
-
-/// A Rust executable with rustls looked at: probed, or why not (`doctor`).
-#[derive(Clone, Debug, Serialize)]
-pub struct RustlsExecutableReport {
-    pub path: String,
-    /// Uprobes placed (entries and returns).
-    pub probes: usize,
-    /// "legacy" or "v0" symbol mangling.
-    pub mangling: Option<&'static str>,
-    /// Why it got no probes (stripped, functions not found).
-    pub not_probed: Option<String>,
-}
 
 /// What looking at an executable with rustls gave.
 pub struct RustlsConsidered {

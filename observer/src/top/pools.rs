@@ -14,7 +14,7 @@ use ratatui::{
     text::{Line, Span},
 };
 
-use crate::{output::fmt_ns, pools::PoolRecord};
+use crate::{pools::PoolRecord, units::fmt_ns};
 
 /// One pool's records in the window: the latest whole, and the counters
 /// of each (for rates over the window).
