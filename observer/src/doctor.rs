@@ -9,7 +9,8 @@ use serde::Serialize;
 use crate::{
     dns::DnsReport,
     ebpf::ProgramState,
-    observer::{Features, Observer, Options},
+    features::Features,
+    observer::{Observer, Options},
     privileges::{CapabilityReport, Privileges},
     programs::{self, Feature, Program},
     tls::TlsReport,

@@ -13,6 +13,7 @@ pub mod dns;
 pub mod doctor;
 pub mod ebpf;
 pub mod export;
+pub mod features;
 pub mod filter;
 pub mod gpu;
 pub mod health;

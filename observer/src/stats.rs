@@ -115,7 +115,7 @@ pub struct Summary {
     /// What the DNS probes sat on.
     pub dns: Option<crate::dns::DnsReport>,
     /// Each feature's state at stop: on, degraded (why) or off (why).
-    pub features: crate::observer::Features,
+    pub features: crate::features::Features,
     /// Each program of the table: where it was attached, and failures.
     pub program_attachments: Vec<ProgramSummary>,
     /// `observer run`: what the OTLP exporter did.
@@ -227,7 +227,7 @@ pub struct ExportSummary {
 }
 
 impl ExportSummary {
-    pub fn from_stats(s: &crate::export::otlp::ExportStats, queue_full: u64) -> Self {
+    pub fn from_stats(s: &crate::export::sampling::ExportStats, queue_full: u64) -> Self {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Self {
             spans_sent: g(&s.spans_sent),

@@ -8,6 +8,7 @@ mod grpc_bytes;
 pub mod hist;
 pub mod metrics;
 pub mod otlp;
+pub mod sampling;
 pub mod prometheus;
 pub mod queue;
 pub mod span_wire;

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{
     attrs::Ids,
-    otlp::{ExportStats, Sampled, Sampling},
+    sampling::{ExportStats, Sampled, Sampling},
     span_wire::TraceBatch,
     spans::{write_record, Traced},
 };
