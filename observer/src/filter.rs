@@ -1,7 +1,7 @@
 //! `watch` filters: which records the user wants to see.
 
 use crate::{
-    cli::{DirectionArg, WatchArgs},
+    watch::args::{DirectionArg, WatchArgs},
     record::{ConnRecord, Direction},
 };
 

@@ -35,7 +35,7 @@ fn main() -> ExitCode {
                 Ok(s) => s,
                 Err(e) => return usage(&e),
             };
-            let setup = watch::ExportSetup {
+            let setup = config::ExportSetup {
                 settings,
                 print: args.print,
             };
@@ -133,7 +133,7 @@ fn top(args: observer::top::TopArgs) -> ExitCode {
     }
 }
 
-fn run_pipeline(args: observer::cli::WatchArgs, export: Option<watch::ExportSetup>) -> ExitCode {
+fn run_pipeline(args: observer::cli::WatchArgs, export: Option<config::ExportSetup>) -> ExitCode {
     let json = args.json;
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -25,6 +25,7 @@ use crate::{
     ebpf::{self, KernelConnMap},
     export::{
         attrs,
+        config::ExportSetup,
         metrics::Metrics,
         otlp::{ExportStats, Exporter, Sampled, Sampling},
         prometheus,
@@ -38,7 +39,7 @@ use crate::{
     record::{ConnRecord, State},
     stats::Stats,
     tls,
-    watch::ExportSetup,
+
 };
 
 /// Records waiting for the output thread.

@@ -20,7 +20,7 @@ pub use thresholds::Thresholds;
 pub struct DiagnoseArgs {
     /// The live pipeline's flags (--pid, --comm, --duration, --json, ...).
     #[command(flatten)]
-    pub watch: crate::cli::WatchArgs,
+    pub watch: crate::watch::args::WatchArgs,
     /// Only calls to this name (Host header, TLS server name or looked-up
     /// name) or remote address.
     #[arg(long, value_name = "NAME")]

@@ -281,6 +281,13 @@ pub fn resolve(
     })
 }
 
+/// What `observer run` adds to `watch`: exporters.
+pub struct ExportSetup {
+    pub settings: RunSettings,
+    /// Also print records on stdout.
+    pub print: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::columns::{By, Column};
-use crate::cli::WatchArgs;
+use crate::watch::args::WatchArgs;
 
 #[derive(Debug, Clone, Args)]
 pub struct TopArgs {

@@ -18,10 +18,13 @@ use tokio::{
     sync::{mpsc, watch},
 };
 
+pub mod args;
+
+use args::WatchArgs;
+
 use crate::{
-    cli::WatchArgs,
     ebpf::{self, KernelConnMap, LoadOptions},
-    export::config::RunSettings,
+    export::config::ExportSetup,
     filter::Filter,
     gpu,
     observer::{Observer, Options, View},
@@ -33,13 +36,6 @@ use crate::{
 
 /// Process events waiting for the TLS probe manager.
 const TLS_COMMANDS: usize = 4096;
-
-/// What `observer run` adds to `watch`: exporters.
-pub struct ExportSetup {
-    pub settings: RunSettings,
-    /// Also print records on stdout.
-    pub print: bool,
-}
 
 /// The start-up options `watch`, `run` and `doctor` share.
 pub fn options(args: &WatchArgs) -> Options {
