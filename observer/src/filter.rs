@@ -1,8 +1,8 @@
 //! `watch` filters: which records the user wants to see.
 
 use crate::{
-    watch::args::{DirectionArg, WatchArgs},
     record::{ConnRecord, Direction},
+    watch::args::{DirectionArg, WatchArgs},
 };
 
 #[derive(Debug, Clone, Default)]

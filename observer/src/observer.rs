@@ -32,7 +32,6 @@ pub struct Options {
     pub cgroup_root: Option<std::path::PathBuf>,
 }
 
-
 /// The observer, prepared and attached, not yet running.
 pub struct Observer {
     pub probes: Probes,

@@ -39,7 +39,6 @@ use crate::{
     record::{ConnRecord, State},
     stats::Stats,
     tls,
-
 };
 
 /// Records waiting for the output thread.

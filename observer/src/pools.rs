@@ -263,13 +263,11 @@ impl Pools {
         t.closed.add(by);
         let age = r.duration_ns.unwrap_or(0);
         t.age_sum_ns += age;
-        t.ages
-            .observe(&AGE_BUCKETS, age as f64 / 1e9);
+        t.ages.observe(&AGE_BUCKETS, age as f64 / 1e9);
         if let Some(n) = r.requests {
             t.closed_http += 1;
             t.closed_requests += u64::from(n);
-            t.per_connection
-                .observe(&REQUEST_BUCKETS, f64::from(n));
+            t.per_connection.observe(&REQUEST_BUCKETS, f64::from(n));
         }
         p.changed = true;
     }

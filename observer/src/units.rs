@@ -32,3 +32,17 @@ pub fn fmt_time(unix_ns: u64) -> String {
         ms % 1000
     )
 }
+
+/// "480 ms", "1.03 s", "2.5 ms", "40 µs" (loopback round trips).
+pub fn dur(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else if ms >= 10.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 1.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{:.0} µs", ms * 1000.0)
+    }
+}

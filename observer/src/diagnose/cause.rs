@@ -9,9 +9,10 @@
 
 use serde::Serialize;
 
+use crate::units::dur;
+
 use super::{
     call::{Call, GpuBusy},
-    text::dur,
     thresholds::{ns, Thresholds},
 };
 

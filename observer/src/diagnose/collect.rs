@@ -7,31 +7,14 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::call::{Call, ServerSide};
+use super::{
+    call::{Call, ServerSide},
+    only::Only,
+};
 
 /// Records held at once; past it, further calls are counted, not kept (a
 /// diagnosis is for minutes of traffic, not days).
 pub const MAX_RECORDS: usize = 500_000;
-
-/// Which records to keep (`--pid`, `--comm`, `--host`): applied here too, so
-/// that `--from FILE` filters as the live pipeline does.
-#[derive(Debug, Clone, Default)]
-pub struct Only {
-    pub pids: Vec<u32>,
-    pub comms: Vec<String>,
-    pub host: Option<String>,
-}
-
-impl Only {
-    fn keeps(&self, c: &Call) -> bool {
-        (self.pids.is_empty() || c.pid.is_some_and(|p| self.pids.contains(&p)))
-            && (self.comms.is_empty() || c.comm.as_ref().is_some_and(|n| self.comms.contains(n)))
-            && self
-                .host
-                .as_ref()
-                .is_none_or(|h| c.host.as_deref() == Some(h.as_str()) || c.remote_addr == *h)
-    }
-}
 
 #[derive(Debug, Default)]
 pub struct Collector {

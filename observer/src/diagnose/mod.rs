@@ -6,6 +6,7 @@
 pub mod call;
 pub mod cause;
 pub mod collect;
+pub mod only;
 pub mod pools;
 pub mod run;
 pub mod text;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::collect::Only;
+use super::only::Only;
 
 /// Connections a pool must gain over the run.
 pub const MIN_GROWTH: u64 = 5;

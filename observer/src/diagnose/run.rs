@@ -11,8 +11,9 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use super::{
-    collect::{Collector, Only},
+    collect::Collector,
     diagnose,
+    only::Only,
     text::{block, Verdict, HEADER},
     Cause, DiagnoseArgs, Thresholds,
 };

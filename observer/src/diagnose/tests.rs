@@ -5,8 +5,10 @@ use serde_json::{json, Value};
 
 use super::{
     call::{Call, GpuBusy, ServerSide},
-    collect::{Collector, Only},
-    diagnose, Cause, Thresholds,
+    collect::Collector,
+    diagnose,
+    only::Only,
+    Cause, Thresholds,
 };
 
 const MS: u64 = 1_000_000;

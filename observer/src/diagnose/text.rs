@@ -8,20 +8,7 @@ use super::{
     cause::{Cause, Diagnosis, Figures},
     thresholds::Thresholds,
 };
-
-/// "480 ms", "1.03 s", "2.5 ms", "40 µs" (loopback round trips).
-pub fn dur(ns: u64) -> String {
-    let ms = ns as f64 / 1e6;
-    if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1000.0)
-    } else if ms >= 10.0 {
-        format!("{ms:.0} ms")
-    } else if ms >= 1.0 {
-        format!("{ms:.1} ms")
-    } else {
-        format!("{:.0} µs", ms * 1000.0)
-    }
-}
+use crate::units::dur;
 
 /// `observer diagnose --json`: one per diagnosed call.
 #[derive(Debug, Serialize, schemars::JsonSchema)]

@@ -7,10 +7,7 @@
 //! once and that signal stops; the other goes on.
 
 use std::{
-    sync::{
-        atomic::Ordering,
-        Arc, Mutex,
-    },
+    sync::{atomic::Ordering, Arc, Mutex},
     time::Duration,
 };
 
@@ -19,11 +16,11 @@ use http_body_util::{BodyExt, Full};
 use prost::Message;
 use serde::Serialize;
 
+pub use super::sampling::{ExportStats, Sampled, Sampling};
 use super::{
     metrics::Metrics,
     queue::{Encoded, TraceReceiver},
 };
-pub use super::sampling::{ExportStats, Sampled, Sampling};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Protocol {

@@ -69,7 +69,6 @@ fn owner_is_client(ev: &PlaintextEvent) -> Option<bool> {
     Some(writer_is_client == (ev.op == op::WRITE))
 }
 
-
 /// An HTTP/2 connection's first bytes in one direction: the client's
 /// preface, or the server's SETTINGS frame (which a server may send before
 /// it reads the preface).

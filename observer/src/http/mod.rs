@@ -24,4 +24,3 @@ pub mod trace_context;
 
 pub use conversation::Conversation;
 pub use record::{GapStats, GenAi, RequestRecord, RpcRecord, StreamStats, Trace};
-

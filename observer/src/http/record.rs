@@ -11,8 +11,8 @@ use super::{
 };
 use crate::{
     clock::Clock,
-    units::{fmt_bytes, fmt_ns, fmt_time},
     record::{ConnRecord, Direction, Host},
+    units::{fmt_bytes, fmt_ns, fmt_time},
 };
 
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]

@@ -147,4 +147,3 @@ pub(crate) fn addr(family: u16, bytes: &[u8; 16]) -> (Family, IpAddr) {
 pub fn ip_of(family: u16, bytes: &[u8; 16]) -> Option<IpAddr> {
     (family == observer_common::AF_INET || family == AF_INET6).then(|| addr(family, bytes).1)
 }
-

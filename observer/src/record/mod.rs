@@ -3,10 +3,7 @@
 //! Field names are a contract (docs/records.md): later work adds fields,
 //! never renames these.
 
-use std::{
-    net::IpAddr,
-    sync::Arc,
-};
+use std::{net::IpAddr, sync::Arc};
 
 use observer_common::{
     Conn, DIR_INBOUND, FLAG_ESTABLISHED, FLAG_MIDSTREAM, FLAG_OWNED, FLAG_RESET_RX,

@@ -16,7 +16,8 @@ use crossterm::event::{self, Event};
 use tokio::sync::mpsc::{error::TryRecvError, Receiver};
 
 use super::{
-    columns::{By, Column},
+    columns::Column,
+    model::By,
     model::Model,
     render::{self, Status},
     terminal::Screen,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::columns::{By, Column};
+use super::{columns::Column, model::By};
 use crate::watch::args::WatchArgs;
 
 #[derive(Debug, Clone, Args)]

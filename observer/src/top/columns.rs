@@ -3,20 +3,7 @@
 
 use std::cmp::Ordering;
 
-use super::model::{Figures, Quantiles};
-
-/// What a row stands for (`--by`, or `e` in the view).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum By {
-    /// One row per process (pid and name).
-    Process,
-    /// One row per remote endpoint (host:port or server name; a server on
-    /// this host is its local address and port, marked `in`).
-    Endpoint,
-    /// One row per connection pool: a process's connections to one peer
-    /// (open, busy, idle, requests per second, new-connection share).
-    Pool,
-}
+use super::model::{By, Figures, Quantiles};
 
 /// A column rows can be sorted by (`--sort`, or `<` `>` in the view).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -22,7 +22,8 @@ use std::io::{IsTerminal as _, Write as _};
 use anyhow::Context as _;
 
 pub use args::TopArgs;
-pub use columns::{By, Column};
+pub use columns::Column;
+pub use model::By;
 
 use crate::{stats::Summary, watch};
 

@@ -15,7 +15,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::columns::By;
 use crate::{
     dns::DnsRecord,
     gpu::GpuRecord,
@@ -23,6 +22,19 @@ use crate::{
     output::Line,
     record::{ConnRecord, Direction, State},
 };
+
+/// What a row stands for (`--by`, or `e` in the view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// One row per process (pid and name).
+    Process,
+    /// One row per remote endpoint (host:port or server name; a server on
+    /// this host is its local address and port, marked `in`).
+    Endpoint,
+    /// One row per connection pool: a process's connections to one peer
+    /// (open, busy, idle, requests per second, new-connection share).
+    Pool,
+}
 
 /// Samples kept per row at most: a row busier than this over the window
 /// has its oldest samples dropped (its rate then reads low, its

@@ -12,7 +12,8 @@ use ratatui::{
 };
 
 use super::{
-    columns::{By, Column, FIGURES, IMPORTANCE},
+    columns::{Column, FIGURES, IMPORTANCE},
+    model::By,
     model::Figures,
     pools::{self, PoolRow},
     ui::Ui,

@@ -2,7 +2,10 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::columns::{By, Column, SORT_ORDER};
+use super::{
+    columns::{Column, SORT_ORDER},
+    model::By,
+};
 
 /// What a key asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
