@@ -3,6 +3,7 @@
 //! library so that tests and benchmarks can drive each stage without root.
 
 pub mod btf;
+pub mod cause;
 pub mod cgroup;
 pub mod cli;
 pub mod clock;

@@ -212,7 +212,7 @@ pub(crate) async fn correlate(
                 p.on_close(&r);
             }
             // Judged once, for the metrics and the span (GPU joined first).
-            r.diagnosis = Some(crate::diagnose::cause_of_conn(&r));
+            r.diagnosis = Some(crate::cause::cause_of_conn(&r));
             if let Some(m) = &sinks.metrics {
                 if let Ok(mut m) = m.lock() {
                     m.record(&r);
@@ -258,7 +258,7 @@ pub(crate) async fn correlate(
         if let Ok(mut p) = pools.lock() {
             p.on_request(&r);
         }
-        r.diagnosis = Some(crate::diagnose::cause_of_request(&r));
+        r.diagnosis = Some(crate::cause::cause_of_request(&r));
         if let Some(m) = &sinks.metrics {
             if let Ok(mut m) = m.lock() {
                 m.record_request(&r);

@@ -7,10 +7,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{
-    call::{Call, ServerSide},
-    only::Only,
-};
+use super::only::Only;
+use crate::cause::call::{Call, ServerSide};
 
 /// Records held at once; past it, further calls are counted, not kept (a
 /// diagnosis is for minutes of traffic, not days).

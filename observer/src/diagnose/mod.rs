@@ -1,20 +1,15 @@
 //! `observer diagnose`: names the phase that made each call slow, with the
-//! figures that show it. The rules (`cause`) are pure functions of a call
-//! (`call`), so the exporters tag spans and count causes with the same
-//! verdicts the command prints.
+//! figures that show it. The rules live in `crate::cause` (pure functions
+//! of a call), so the exporters tag spans and count causes with the same
+//! verdicts this command prints.
 
-pub mod call;
-pub mod cause;
 pub mod collect;
 pub mod only;
 pub mod pools;
 pub mod run;
 pub mod text;
-pub mod thresholds;
 
-pub use call::Call;
-pub use cause::{diagnose, Cause, Diagnosis};
-pub use thresholds::Thresholds;
+use crate::cause::Thresholds;
 
 /// `observer diagnose` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,21 +30,6 @@ pub struct DiagnoseArgs {
     pub top: usize,
     #[command(flatten)]
     pub thresholds: Thresholds,
-}
-
-/// The cause of a connection record with the default thresholds (the span
-/// attribute `observer.diagnosis.cause` and the `observer.diagnosis` count).
-pub fn cause_of_conn(r: &crate::record::ConnRecord) -> &'static str {
-    r.diagnosis
-        .unwrap_or_else(|| cause::cause(&Call::phases_of_conn(r), &Thresholds::default()).as_str())
-}
-
-/// The same for a request record (a connection's first request carries the
-/// connection's lookup, connect and TLS).
-pub fn cause_of_request(r: &crate::http::RequestRecord) -> &'static str {
-    r.diagnosis.unwrap_or_else(|| {
-        cause::cause(&Call::phases_of_request(r), &Thresholds::default()).as_str()
-    })
 }
 
 #[cfg(test)]

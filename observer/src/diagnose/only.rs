@@ -1,7 +1,7 @@
 //! Which records `diagnose` keeps: its own file, since both the calls'
 //! collector and the pools' read it.
 
-use super::call::Call;
+use crate::cause::call::Call;
 
 /// Which records to keep (`--pid`, `--comm`, `--host`): applied here too, so
 /// that `--from FILE` filters as the live pipeline does.

@@ -12,11 +12,11 @@ use serde_json::Value;
 
 use super::{
     collect::Collector,
-    diagnose,
     only::Only,
     text::{block, Verdict, HEADER},
-    Cause, DiagnoseArgs, Thresholds,
+    DiagnoseArgs,
 };
+use crate::cause::{diagnose, Cause, Thresholds};
 use crate::{output::Line, watch};
 
 /// What the end line says besides the verdicts.

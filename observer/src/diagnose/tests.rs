@@ -3,12 +3,10 @@
 
 use serde_json::{json, Value};
 
-use super::{
+use super::{collect::Collector, only::Only};
+use crate::cause::{
     call::{Call, GpuBusy, ServerSide},
-    collect::Collector,
-    diagnose,
-    only::Only,
-    Cause, Thresholds,
+    diagnose, Cause, Thresholds,
 };
 
 const MS: u64 = 1_000_000;
@@ -49,7 +47,7 @@ fn a_healthy_call_is_none() {
 #[test]
 fn a_slow_lookup_names_its_server_and_retries() {
     let mut c = call(json!({}));
-    c.dns = Some(super::call::Lookup {
+    c.dns = Some(crate::cause::call::Lookup {
         name: "api.example.com".into(),
         duration_ns: 1200 * MS,
         result: "ok".into(),

@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
-use super::{
+use crate::cause::{
     call::Call,
-    cause::{Cause, Diagnosis, Figures},
+    rules::{Cause, Diagnosis, Figures},
     thresholds::Thresholds,
 };
 use crate::units::dur;

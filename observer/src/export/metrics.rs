@@ -571,7 +571,7 @@ impl Metrics {
             }
             None => self.add_bound(&mut s.connections, CONNECTIONS, &base, 1),
         }
-        self.count_cause(crate::diagnose::cause_of_conn(r), "connection");
+        self.count_cause(crate::cause::cause_of_conn(r), "connection");
         if r.retransmits > 0 {
             self.add_bound(
                 &mut s.retransmits,
@@ -711,7 +711,7 @@ impl Metrics {
     /// client's: ids grouped as `{id}`), never the query: series stay
     /// bounded.
     pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
-        self.count_cause(crate::diagnose::cause_of_request(r), "request");
+        self.count_cause(crate::cause::cause_of_request(r), "request");
         if let Some(rpc) = &r.rpc {
             let (server, port) = r.server();
             // A gRPC call is measured as the RPC conventions say, not as

@@ -219,10 +219,7 @@ pub fn conn_spans(r: &ConnRecord, ids: &mut Ids, out: &mut impl SpanOut) {
             b.str("error.type", et);
         }
         gpu_attributes(r.gpu.as_ref(), &mut b);
-        b.str(
-            "observer.diagnosis.cause",
-            crate::diagnose::cause_of_conn(r),
-        );
+        b.str("observer.diagnosis.cause", crate::cause::cause_of_conn(r));
         // The first request's trace holds the connection's phases: this one
         // links there instead of repeating them.
         if let Some(f) = r.first_request {
@@ -568,7 +565,7 @@ pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl Span
         gpu_attributes(r.gpu.as_ref(), &mut b);
         b.str(
             "observer.diagnosis.cause",
-            crate::diagnose::cause_of_request(r),
+            crate::cause::cause_of_request(r),
         );
         if let Some(g) = &r.gen_ai {
             gen_ai_attributes(g, &mut b);
