@@ -17,6 +17,7 @@ use crate::{
     clock::Clock,
     decode::Event,
     dns::{DnsRecord, Lookups, WireLookups},
+    ebpf::KernelConns,
     http::{
         trace_context::{self, End, Pairs, Shared},
         RequestRecord,
@@ -26,19 +27,6 @@ use crate::{
     record::{comm_str, comm_str_n, ConnRecord, FirstRequest, Owner, State},
     tls::{TlsRecord, TtfbUnmeasured},
 };
-
-/// Read access to the kernel's live connection maps (a trait so the table can
-/// be tested without root).
-pub trait KernelConns {
-    fn lookup(&self, sk: u64) -> Option<Conn>;
-    /// The TLS timings of a connection whose `Conn` carries FLAG_TLS.
-    fn lookup_tls(&self, _sk: u64) -> Option<TlsConn> {
-        None
-    }
-    /// Brings an open connection's byte and segment counts up to date
-    /// before it is looked up for a snapshot.
-    fn refresh(&self, _sk: u64) {}
-}
 
 struct Live {
     owner: Owner,

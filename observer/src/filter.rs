@@ -1,31 +1,18 @@
 //! `watch` filters: which records the user wants to see.
 
-use crate::{
-    record::{ConnRecord, Direction},
-    watch::args::{DirectionArg, WatchArgs},
-};
+use crate::record::{ConnRecord, Direction};
 
+/// What to keep; empty (or None) keeps all. Built by the front end from its
+/// flags (`watch::args`), so the filter does not read the command line.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
-    pids: Vec<u32>,
-    comms: Vec<String>,
-    ports: Vec<u16>,
-    direction: Option<Direction>,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub ports: Vec<u16>,
+    pub direction: Option<Direction>,
 }
 
 impl Filter {
-    pub fn from_args(args: &WatchArgs) -> Self {
-        Self {
-            pids: args.pid.clone(),
-            comms: args.comm.clone(),
-            ports: args.port.clone(),
-            direction: args.direction.map(|d| match d {
-                DirectionArg::Inbound => Direction::Inbound,
-                DirectionArg::Outbound => Direction::Outbound,
-            }),
-        }
-    }
-
     /// DNS records: the process filters apply; a port or direction filter
     /// asks for connections only.
     pub fn matches_dns(&self, r: &crate::dns::DnsRecord) -> bool {

@@ -18,7 +18,7 @@ use foldhash::HashMap;
 use serde::Serialize;
 
 use crate::{
-    export::hist::{Hist, AGE_BUCKETS, REQUEST_BUCKETS},
+    hist::{Hist, AGE_BUCKETS, REQUEST_BUCKETS},
     http::RequestRecord,
     record::{ConnRecord, Direction, Owner, State},
 };

@@ -1,6 +1,6 @@
 //! Counters of what the pipeline saw and what it lost, shared by its stages.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -227,7 +227,7 @@ pub struct ExportSummary {
 }
 
 impl ExportSummary {
-    pub fn from_stats(s: &crate::export::sampling::ExportStats, queue_full: u64) -> Self {
+    pub fn from_stats(s: &ExportStats, queue_full: u64) -> Self {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Self {
             spans_sent: g(&s.spans_sent),
@@ -250,4 +250,19 @@ pub struct ProgramSummary {
     /// Attachments made (a uprobe program: one per library function).
     pub attached: u64,
     pub failures: u64,
+}
+
+/// What the exporter did, for the summary and the drop metric.
+#[derive(Debug, Default)]
+pub struct ExportStats {
+    pub spans_sent: AtomicU64,
+    pub records_sampled_out: AtomicU64,
+    /// Records whose spans were given up after retries.
+    pub records_dropped: AtomicU64,
+    pub export_errors: AtomicU64,
+    pub metric_exports: AtomicU64,
+    /// The endpoint does not implement the trace / metrics service: that
+    /// signal was stopped at its first refusal.
+    pub traces_refused: AtomicBool,
+    pub metrics_refused: AtomicBool,
 }

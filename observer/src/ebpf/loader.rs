@@ -18,7 +18,7 @@ use observer_common::{
     TCP_COUNTERS_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
-use crate::{conntrack::KernelConns, tracefs};
+use crate::tracefs;
 
 /// The eBPF object observer/build.rs built.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -206,6 +206,19 @@ impl KernelCounters {
 
 /// The kernel's CONNS and TLS_CONNS maps, read by the correlator for
 /// snapshots, and the program that copies a socket's byte and segment
+/// Read access to the kernel's live connection maps (a trait so the table can
+/// be tested without root).
+pub trait KernelConns {
+    fn lookup(&self, sk: u64) -> Option<Conn>;
+    /// The TLS timings of a connection whose `Conn` carries FLAG_TLS.
+    fn lookup_tls(&self, _sk: u64) -> Option<TlsConn> {
+        None
+    }
+    /// Brings an open connection's byte and segment counts up to date
+    /// before it is looked up for a snapshot.
+    fn refresh(&self, _sk: u64) {}
+}
+
 /// counters into CONNS before one is read.
 pub struct KernelConnMap {
     pub conns: HashMap<MapData, u64, Conn>,

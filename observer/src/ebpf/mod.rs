@@ -6,6 +6,7 @@ pub mod prog_stats;
 pub mod uprobe_multi;
 
 pub use loader::{
-    detach_all, load, KernelConnMap, KernelCounters, LoadError, LoadOptions, Loaded, OBJECT,
+    detach_all, load, KernelConnMap, KernelConns, KernelCounters, LoadError, LoadOptions, Loaded,
+    OBJECT,
 };
 pub use probes::{chain, ProbeError, Probes, ProgramState, UprobeAt, UprobeLink};

@@ -14,11 +14,8 @@ use opentelemetry_proto::tonic::{
     resource::v1::Resource,
 };
 
-use super::hist::Hist;
-use super::{
-    attrs::{error_type, s},
-    hist::{AGE_BUCKETS, REQUEST_BUCKETS},
-};
+use super::attrs::{error_type, s};
+use crate::hist::{Hist, AGE_BUCKETS, REQUEST_BUCKETS};
 use crate::record::{ConnRecord, Direction, Family, Host};
 
 /// Explicit bucket bounds in seconds, 100 us to 10 s.

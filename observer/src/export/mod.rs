@@ -5,7 +5,6 @@
 pub mod attrs;
 pub mod config;
 mod grpc_bytes;
-pub mod hist;
 pub mod metrics;
 pub mod otlp;
 pub mod prometheus;

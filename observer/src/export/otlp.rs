@@ -16,11 +16,12 @@ use http_body_util::{BodyExt, Full};
 use prost::Message;
 use serde::Serialize;
 
-pub use super::sampling::{ExportStats, Sampled, Sampling};
+pub use super::sampling::{Sampled, Sampling};
 use super::{
     metrics::Metrics,
     queue::{Encoded, TraceReceiver},
 };
+pub use crate::stats::ExportStats;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Protocol {

@@ -16,9 +16,11 @@ use std::sync::{
 
 use tokio::sync::mpsc;
 
+use crate::stats::ExportStats;
+
 use super::{
     attrs::Ids,
-    sampling::{ExportStats, Sampled, Sampling},
+    sampling::{Sampled, Sampling},
     span_wire::TraceBatch,
     spans::{write_record, Traced},
 };

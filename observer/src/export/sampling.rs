@@ -1,27 +1,11 @@
-//! Which records become traces (`Sampling`, what a record tells it through
-//! `Sampled`) and what the exporter did (`ExportStats`): shared by the
-//! exporter, the queue in front of it and the stats, none of which need the
-//! others to read them.
+//! Which records become traces (`Sampling`, and what a record tells it
+//! through `Sampled`): shared by the exporter and the queue in front of it,
+//! so that neither imports the other.
 
-use std::{sync::atomic::AtomicU64, time::Duration};
+use std::time::Duration;
 
 use super::spans::Traced;
 use crate::record::ConnRecord;
-
-/// What the exporter did, for the summary and the drop metric.
-#[derive(Debug, Default)]
-pub struct ExportStats {
-    pub spans_sent: AtomicU64,
-    pub records_sampled_out: AtomicU64,
-    /// Records whose spans were given up after retries.
-    pub records_dropped: AtomicU64,
-    pub export_errors: AtomicU64,
-    pub metric_exports: AtomicU64,
-    /// The endpoint does not implement the trace / metrics service: that
-    /// signal was stopped at its first refusal.
-    pub traces_refused: std::sync::atomic::AtomicBool,
-    pub metrics_refused: std::sync::atomic::AtomicBool,
-}
 
 /// Which records become traces. Metrics see every record.
 #[derive(Clone, Copy, Debug)]

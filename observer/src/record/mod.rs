@@ -12,10 +12,10 @@ use serde::Serialize;
 
 use crate::clock::Clock;
 
-mod fields;
-
-pub(crate) use fields::addr;
-pub use fields::{comm_str, comm_str_n, ip_of, ip_text, push_ip, Direction, Family, Host, State};
+pub(crate) use crate::fields::addr;
+pub use crate::fields::{
+    comm_str, comm_str_n, ip_of, ip_text, push_ip, Direction, Family, Host, State,
+};
 
 /// The process a connection belongs to, as userspace resolved it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use tokio::{
 
 pub mod args;
 
-use args::WatchArgs;
+use args::{DirectionArg, WatchArgs};
 
 use crate::{
     ebpf::{self, KernelConnMap, LoadOptions},
@@ -30,12 +30,26 @@ use crate::{
     observer::{Observer, Options, View},
     output::{self, Format},
     pipeline::{self, Sinks},
+    record::Direction,
     stats::{Dropped, ExportSummary, Stats, Summary},
     tls,
 };
 
 /// Process events waiting for the TLS probe manager.
 const TLS_COMMANDS: usize = 4096;
+
+/// The records `--pid`, `--comm`, `--port` and `--direction` keep.
+fn filter_of(args: &WatchArgs) -> Filter {
+    Filter {
+        pids: args.pid.clone(),
+        comms: args.comm.clone(),
+        ports: args.port.clone(),
+        direction: args.direction.map(|d| match d {
+            DirectionArg::Inbound => Direction::Inbound,
+            DirectionArg::Outbound => Direction::Outbound,
+        }),
+    }
+}
 
 /// The start-up options `watch`, `run` and `doctor` share.
 pub fn options(args: &WatchArgs) -> Options {
@@ -190,7 +204,7 @@ pub async fn run_with(
         sinks,
         conns,
         tls_tx.clone(),
-        Filter::from_args(&args),
+        filter_of(&args),
         args.update_interval,
         args.http_query,
         Arc::clone(&stats),

@@ -18,9 +18,9 @@ pub const REQUEST_BUCKETS: [f64; 16] = [
 #[derive(Clone, Debug, Default)]
 pub struct Hist {
     /// One count per bucket, plus the overflow bucket.
-    pub(super) counts: [u64; 17],
-    pub(super) sum: f64,
-    pub(super) count: u64,
+    pub(crate) counts: [u64; 17],
+    pub(crate) sum: f64,
+    pub(crate) count: u64,
 }
 
 impl Hist {
