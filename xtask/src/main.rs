@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | build | run | test | image`.
+//! Project tasks: `cargo xtask setup | build | run | test | image | imports`.
 //!
 //! `build`, `run` and `test` call `setup` first, so a fresh machine of this kind
 //! needs nothing but these commands. xtask orchestrates; the eBPF object itself
@@ -6,6 +6,7 @@
 
 mod bench;
 mod image;
+mod imports;
 mod setup;
 mod test;
 
@@ -52,6 +53,16 @@ enum Task {
     /// Build the container image localhost/observer:latest (podman, FROM
     /// scratch: the release binary, its shared libraries and loader).
     Image(image::ImageArgs),
+    /// The structure drawing of observer/src from its imports: top-level
+    /// modules in layers, and any import circle (then it fails).
+    Imports {
+        /// Print Graphviz (dot) instead: `cargo xtask imports --dot | dot -Tsvg`.
+        #[arg(long)]
+        dot: bool,
+        /// List every file's imports instead.
+        #[arg(long)]
+        edges: bool,
+    },
     /// Run every test: unit tests and the end-to-end tests (as root).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -99,6 +110,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Image(args) => image::run(&args),
+        Task::Imports { dot, edges } => imports::run(dot, edges),
         Task::Test { args } => {
             setup::run()?;
             test::run(&args)
