@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod clock;
 pub mod conntrack;
+pub mod correlator;
 pub mod decode;
 pub mod diagnose;
 pub mod dns;

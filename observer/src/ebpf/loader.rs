@@ -217,6 +217,10 @@ pub trait KernelConns {
     /// Brings an open connection's byte and segment counts up to date
     /// before it is looked up for a snapshot.
     fn refresh(&self, _sk: u64) {}
+    /// Connections the kernel holds (at stop: open ones, or leaks).
+    fn tracked(&self) -> u64 {
+        0
+    }
 }
 
 /// counters into CONNS before one is read.
@@ -266,6 +270,10 @@ impl KernelConns for KernelConnMap {
 
     fn lookup_tls(&self, sk: u64) -> Option<TlsConn> {
         self.tls.as_ref()?.get(&sk, 0).ok()
+    }
+
+    fn tracked(&self) -> u64 {
+        self.conns.keys().count() as u64
     }
 
     fn refresh(&self, sk: u64) {

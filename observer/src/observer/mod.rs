@@ -8,6 +8,10 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+pub mod run;
+pub mod stop;
+mod summary;
+
 use crate::{
     btf::KernelOffsets,
     dns::{self, DnsReport, ResolverFileReport},
