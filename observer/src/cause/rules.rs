@@ -256,43 +256,9 @@ fn plural(n: u32, one: &str, many: &str) -> String {
 }
 
 fn evidence(cause: Cause, c: &Call, f: &Figures, busy: Option<&GpuBusy>, t: &Thresholds) -> String {
-    let server_part = || match (f.proxy_ns, f.upstream_ns) {
-        (Some(own), Some(up)) => format!(
-            " (upstream of the proxy {}, the proxy itself {})",
-            dur(up),
-            dur(own)
-        ),
-        _ => f
-            .server_ns
-            .map(|s| format!(" (the server on this host took {})", dur(s)))
-            .unwrap_or_default(),
-    };
     match cause {
-        Cause::Dns => {
-            let d = c.dns.clone().unwrap_or_default();
-            let mut s = format!("slow DNS lookup: {} took {}", d.name, dur(d.duration_ns));
-            if let Some(server) = &d.server {
-                s.push_str(&format!(" at {server}"));
-            }
-            if let Some(n) = d.retries.filter(|&n| n > 0) {
-                s.push_str(&format!(" ({})", plural(n, "retry", "retries")));
-            }
-            if d.result != "ok" && !d.result.is_empty() {
-                s.push_str(&format!(", {}", d.result));
-            }
-            s
-        }
-        Cause::Connect => match (c.connect_ns, &c.error) {
-            (Some(n), _) if n >= SYN_RTO_NS || c.retransmits > 0 => {
-                format!("SYN retransmitted: connect took {}", dur(n))
-            }
-            (Some(n), _) => format!("slow connect: connect took {}{}", dur(n), rtt(c)),
-            (None, e) => format!(
-                "connect failed: {} after {}",
-                e.as_deref().unwrap_or("error"),
-                dur(c.duration_ns)
-            ),
-        },
+        Cause::Dns => dns_sentence(c),
+        Cause::Connect => connect_sentence(c),
         Cause::Tls => format!(
             "TLS handshake {}{}",
             dur(c.tls_handshake_ns.unwrap_or(0)),
@@ -304,56 +270,14 @@ fn evidence(cause: Cause, c: &Call, f: &Figures, busy: Option<&GpuBusy>, t: &Thr
             "client slow to start: its own TLS setup took {} before the handshake",
             dur(c.tls_setup_ns.unwrap_or(0))
         ),
-        Cause::Server => match (c.first_token_ns, c.ttfb_ns) {
-            (Some(ft), _) if c.tokens.is_some() => format!(
-                "server slow to answer: first token after {}{}",
-                dur(ft),
-                server_part()
-            ),
-            (_, Some(b)) => format!(
-                "server slow to answer: first byte after {}{}",
-                dur(b),
-                server_part()
-            ),
-            (Some(ft), None) => format!(
-                "server slow to answer: first event after {}{}",
-                dur(ft),
-                server_part()
-            ),
-            (None, None) => "server slow to answer".into(),
-        },
+        Cause::Server => server_sentence(c, f),
         Cause::Stream => stream_sentence(c, f, t),
         Cause::Proxy => format!(
             "proxy slow: {} in the proxy itself, {} upstream",
             dur(f.proxy_ns.unwrap_or(0)),
             dur(f.upstream_ns.unwrap_or(0))
         ),
-        Cause::Gpu => {
-            let g = busy.cloned().unwrap_or(GpuBusy {
-                device: "?".into(),
-                utilization_pct: 0,
-            });
-            let wait = c
-                .first_token_ns
-                .or(c.ttfb_ns)
-                .map_or_else(String::new, |w| {
-                    format!(
-                        "; {} after {}",
-                        if c.tokens.is_some() {
-                            "first token"
-                        } else {
-                            "first byte"
-                        },
-                        dur(w)
-                    )
-                });
-            format!(
-                "GPU busy: device {} at {}% during the request{wait}{}",
-                g.device,
-                g.utilization_pct,
-                server_part()
-            )
-        }
+        Cause::Gpu => gpu_sentence(c, f, busy),
         Cause::Network => {
             let phase = if c.ttfb_ns.is_some() {
                 "during the answer"
@@ -364,6 +288,100 @@ fn evidence(cause: Cause, c: &Call, f: &Figures, busy: Option<&GpuBusy>, t: &Thr
         }
         Cause::None => format!("no phase over its threshold: {} in all", dur(c.total_ns())),
     }
+}
+
+/// The server's own share, appended to the server and GPU sentences: the
+/// proxy's split when the call went through one, else the wait of the
+/// server on this host (empty when neither is known).
+fn server_part(f: &Figures) -> String {
+    match (f.proxy_ns, f.upstream_ns) {
+        (Some(own), Some(up)) => format!(
+            " (upstream of the proxy {}, the proxy itself {})",
+            dur(up),
+            dur(own)
+        ),
+        _ => f
+            .server_ns
+            .map(|s| format!(" (the server on this host took {})", dur(s)))
+            .unwrap_or_default(),
+    }
+}
+
+fn dns_sentence(c: &Call) -> String {
+    let d = c.dns.clone().unwrap_or_default();
+    let mut s = format!("slow DNS lookup: {} took {}", d.name, dur(d.duration_ns));
+    if let Some(server) = &d.server {
+        s.push_str(&format!(" at {server}"));
+    }
+    if let Some(n) = d.retries.filter(|&n| n > 0) {
+        s.push_str(&format!(" ({})", plural(n, "retry", "retries")));
+    }
+    if d.result != "ok" && !d.result.is_empty() {
+        s.push_str(&format!(", {}", d.result));
+    }
+    s
+}
+
+fn connect_sentence(c: &Call) -> String {
+    match (c.connect_ns, &c.error) {
+        (Some(n), _) if n >= SYN_RTO_NS || c.retransmits > 0 => {
+            format!("SYN retransmitted: connect took {}", dur(n))
+        }
+        (Some(n), _) => format!("slow connect: connect took {}{}", dur(n), rtt(c)),
+        (None, e) => format!(
+            "connect failed: {} after {}",
+            e.as_deref().unwrap_or("error"),
+            dur(c.duration_ns)
+        ),
+    }
+}
+
+fn server_sentence(c: &Call, f: &Figures) -> String {
+    match (c.first_token_ns, c.ttfb_ns) {
+        (Some(ft), _) if c.tokens.is_some() => format!(
+            "server slow to answer: first token after {}{}",
+            dur(ft),
+            server_part(f)
+        ),
+        (_, Some(b)) => format!(
+            "server slow to answer: first byte after {}{}",
+            dur(b),
+            server_part(f)
+        ),
+        (Some(ft), None) => format!(
+            "server slow to answer: first event after {}{}",
+            dur(ft),
+            server_part(f)
+        ),
+        (None, None) => "server slow to answer".into(),
+    }
+}
+
+fn gpu_sentence(c: &Call, f: &Figures, busy: Option<&GpuBusy>) -> String {
+    let g = busy.cloned().unwrap_or(GpuBusy {
+        device: "?".into(),
+        utilization_pct: 0,
+    });
+    let wait = c
+        .first_token_ns
+        .or(c.ttfb_ns)
+        .map_or_else(String::new, |w| {
+            format!(
+                "; {} after {}",
+                if c.tokens.is_some() {
+                    "first token"
+                } else {
+                    "first byte"
+                },
+                dur(w)
+            )
+        });
+    format!(
+        "GPU busy: device {} at {}% during the request{wait}{}",
+        g.device,
+        g.utilization_pct,
+        server_part(f)
+    )
 }
 
 fn stream_sentence(c: &Call, f: &Figures, t: &Thresholds) -> String {

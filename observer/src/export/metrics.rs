@@ -506,17 +506,7 @@ impl Metrics {
             .and_then(|p| p.rsplit('/').next())
             .or(r.comm.as_deref())
             .unwrap_or("unknown");
-        let (server, port) = match r.direction {
-            Direction::Outbound => (
-                r.tls
-                    .as_ref()
-                    .and_then(|t| t.server_name.as_deref())
-                    .or(r.dns.as_ref().map(|d| &*d.name))
-                    .map_or(Host::Ip(&r.remote_addr), Host::Name),
-                r.remote_port,
-            ),
-            Direction::Inbound => (Host::Ip(&r.local_addr), r.local_port),
-        };
+        let (server, port) = Self::conn_server(r);
         let direction = match r.direction {
             Direction::Outbound => "outbound",
             Direction::Inbound => "inbound",
@@ -545,15 +535,51 @@ impl Metrics {
         let mut slots = self.bound.get(self.key.as_str()).copied();
         let known = slots.is_some();
         let s = slots.get_or_insert_default();
+        self.observe_conn_phases(r, s, &base);
+        self.count_conn_outcome(r, s, &base);
+        self.count_cause(crate::cause::cause_of_conn(r), "connection");
+        self.count_conn_traffic(r, s, &base);
+        self.keep_conn_slots(*s, known);
+    }
+
+    /// The server end of a connection: an outbound one's by the name it was
+    /// reached by (TLS SNI, else the DNS answer's name), else its address; an
+    /// inbound one's is this host's end.
+    fn conn_server(r: &ConnRecord) -> (Host<'_>, u16) {
+        match r.direction {
+            Direction::Outbound => (
+                r.tls
+                    .as_ref()
+                    .and_then(|t| t.server_name.as_deref())
+                    .or(r.dns.as_ref().map(|d| &*d.name))
+                    .map_or(Host::Ip(&r.remote_addr), Host::Name),
+                r.remote_port,
+            ),
+            Direction::Inbound => (Host::Ip(&r.local_addr), r.local_port),
+        }
+    }
+
+    /// A connection's phases: connect, TLS handshake, time to first byte.
+    fn observe_conn_phases(
+        &mut self,
+        r: &ConnRecord,
+        s: &mut ConnSlots,
+        base: &dyn Fn() -> Labels,
+    ) {
         if let Some(c) = r.connect_ns {
-            self.observe_bound(&mut s.connect, CONNECT, &base, c as f64 / 1e9);
+            self.observe_bound(&mut s.connect, CONNECT, base, c as f64 / 1e9);
         }
         if let Some(h) = r.tls.as_ref().and_then(|t| t.handshake_ns) {
-            self.observe_bound(&mut s.handshake, HANDSHAKE, &base, h as f64 / 1e9);
+            self.observe_bound(&mut s.handshake, HANDSHAKE, base, h as f64 / 1e9);
         }
         if let Some(t) = r.answer_ttfb_ns() {
-            self.observe_bound(&mut s.ttfb, TTFB, &base, t as f64 / 1e9);
+            self.observe_bound(&mut s.ttfb, TTFB, base, t as f64 / 1e9);
         }
+    }
+
+    /// `observer.tcp.connections`: a failed connection under its error
+    /// type (looked up each time, not bound), a good one in its bound slot.
+    fn count_conn_outcome(&mut self, r: &ConnRecord, s: &mut ConnSlots, base: &dyn Fn() -> Labels) {
         let err = r.error.map(error_type).or_else(|| {
             r.tls
                 .as_ref()
@@ -566,14 +592,17 @@ impl Metrics {
                 outcome.insert(1, ("error.type", e.into()));
                 self.add(CONNECTIONS, &outcome, 1);
             }
-            None => self.add_bound(&mut s.connections, CONNECTIONS, &base, 1),
+            None => self.add_bound(&mut s.connections, CONNECTIONS, base, 1),
         }
-        self.count_cause(crate::cause::cause_of_conn(r), "connection");
+    }
+
+    /// Retransmitted segments (when there were any) and bytes each way.
+    fn count_conn_traffic(&mut self, r: &ConnRecord, s: &mut ConnSlots, base: &dyn Fn() -> Labels) {
         if r.retransmits > 0 {
             self.add_bound(
                 &mut s.retransmits,
                 RETRANSMITS,
-                &base,
+                base,
                 u64::from(r.retransmits),
             );
         }
@@ -588,7 +617,11 @@ impl Metrics {
             };
             self.add_bound(slot, IO, &io, bytes);
         }
-        let s = *s;
+    }
+
+    /// Stores the peer's slots under the key `record` wrote (a new peer
+    /// past `BOUND_PEERS` starts the cache over).
+    fn keep_conn_slots(&mut self, s: ConnSlots, known: bool) {
         match self.bound.get_mut(self.key.as_str()) {
             Some(b) => *b = s,
             None => {
@@ -710,31 +743,9 @@ impl Metrics {
     pub fn record_request(&mut self, r: &crate::http::RequestRecord) {
         self.count_cause(crate::cause::cause_of_request(r), "request");
         if let Some(rpc) = &r.rpc {
-            let (server, port) = r.server();
             // A gRPC call is measured as the RPC conventions say, not as
             // an HTTP request too.
-            let mut l: Labels = vec![
-                ("rpc.system", rpc.system.into()),
-                ("server.address", server),
-                ("server.port", port.to_string()),
-            ];
-            for (key, v) in [("rpc.service", &rpc.service), ("rpc.method", &rpc.method)] {
-                if let Some(v) = v {
-                    l.push((key, v.clone()));
-                }
-            }
-            if let Some(c) = rpc.grpc_status {
-                l.push(("rpc.grpc.status_code", c.to_string()));
-            }
-            if let Some(e) = r.error {
-                l.push(("error.type", e.into()));
-            }
-            l.sort();
-            let metric = match r.direction {
-                Direction::Outbound => RPC_CLIENT,
-                Direction::Inbound => RPC_SERVER,
-            };
-            self.observe(metric, &l, r.duration_ns as f64 / 1e6);
+            self.record_rpc(r, rpc);
             return;
         }
         let method = r.method.as_deref().unwrap_or("_OTHER");
@@ -771,7 +782,58 @@ impl Metrics {
             Direction::Outbound => HTTP_CLIENT,
             Direction::Inbound => HTTP_SERVER,
         };
-        // Bound by what its labels come from (the path, not yet its route).
+        self.write_request_key(r, metric, method, (host, port), error.as_deref());
+        let known = self.bound_requests.get(self.key.as_str()).copied();
+        let mut slot = known;
+        self.observe_bound(&mut slot, metric, &labels, secs);
+        if let (None, Some(at)) = (known, slot) {
+            if self.bound_requests.len() >= BOUND_PEERS {
+                self.bound_requests.clear();
+            }
+            self.bound_requests.insert(self.key.clone(), at);
+        }
+        if let Some(g) = &r.gen_ai {
+            self.record_gen_ai(r, g, r.server(), error, secs);
+        }
+    }
+
+    /// `rpc.client.duration` or `rpc.server.duration`, in milliseconds.
+    fn record_rpc(&mut self, r: &crate::http::RequestRecord, rpc: &crate::http::RpcRecord) {
+        let (server, port) = r.server();
+        let mut l: Labels = vec![
+            ("rpc.system", rpc.system.into()),
+            ("server.address", server),
+            ("server.port", port.to_string()),
+        ];
+        for (key, v) in [("rpc.service", &rpc.service), ("rpc.method", &rpc.method)] {
+            if let Some(v) = v {
+                l.push((key, v.clone()));
+            }
+        }
+        if let Some(c) = rpc.grpc_status {
+            l.push(("rpc.grpc.status_code", c.to_string()));
+        }
+        if let Some(e) = r.error {
+            l.push(("error.type", e.into()));
+        }
+        l.sort();
+        let metric = match r.direction {
+            Direction::Outbound => RPC_CLIENT,
+            Direction::Inbound => RPC_SERVER,
+        };
+        self.observe(metric, &l, r.duration_ns as f64 / 1e6);
+    }
+
+    /// Writes into `key` what a request's series is bound by: what its
+    /// labels come from (the path, not yet its route), without allocating.
+    fn write_request_key(
+        &mut self,
+        r: &crate::http::RequestRecord,
+        metric: &str,
+        method: &str,
+        (host, port): (Host<'_>, u16),
+        error: Option<&str>,
+    ) {
         self.key.clear();
         for part in [metric, method] {
             self.key.push_str(part);
@@ -792,19 +854,7 @@ impl Metrics {
             None => self.key.push('-'),
         }
         self.key.push('\0');
-        self.key.push_str(error.as_deref().unwrap_or(""));
-        let known = self.bound_requests.get(self.key.as_str()).copied();
-        let mut slot = known;
-        self.observe_bound(&mut slot, metric, &labels, secs);
-        if let (None, Some(at)) = (known, slot) {
-            if self.bound_requests.len() >= BOUND_PEERS {
-                self.bound_requests.clear();
-            }
-            self.bound_requests.insert(self.key.clone(), at);
-        }
-        if let Some(g) = &r.gen_ai {
-            self.record_gen_ai(r, g, r.server(), error, secs);
-        }
+        self.key.push_str(error.unwrap_or(""));
     }
 
     /// The GenAI conventions' metrics of an LLM API call: the client's
@@ -930,6 +980,31 @@ impl Metrics {
     /// The same as OTLP, cumulative, under the observer's own resource.
     pub fn otlp(&self, resource: Vec<KeyValue>, now_unix_ns: u64) -> ExportMetricsServiceRequest {
         let mut metrics: Vec<Metric> = Vec::new();
+        self.otlp_histograms(now_unix_ns, &mut metrics);
+        self.otlp_sums(now_unix_ns, &mut metrics);
+        self.otlp_gauges(now_unix_ns, &mut metrics);
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: resource,
+                    ..Resource::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: "observer".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    metrics,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
+
+    /// `otlp`'s histograms, one metric per name, in name order.
+    fn otlp_histograms(&self, now_unix_ns: u64, metrics: &mut Vec<Metric>) {
         let mut by_name: BTreeMap<&str, Vec<HistogramDataPoint>> = BTreeMap::new();
         for (name, labels, h) in self.hists.iter() {
             by_name.entry(name).or_default().push(HistogramDataPoint {
@@ -956,18 +1031,33 @@ impl Metrics {
                 ..Metric::default()
             });
         }
-        let number = |labels: &Labels, v: number_data_point::Value| NumberDataPoint {
+    }
+
+    /// A counter's or a gauge's point.
+    fn otlp_number(
+        &self,
+        labels: &Labels,
+        v: number_data_point::Value,
+        now_unix_ns: u64,
+    ) -> NumberDataPoint {
+        NumberDataPoint {
             attributes: otlp_labels(labels),
             start_time_unix_nano: self.start_unix_ns,
             time_unix_nano: now_unix_ns,
             value: Some(v),
             ..NumberDataPoint::default()
-        };
+        }
+    }
+
+    /// `otlp`'s counters, as monotonic sums.
+    fn otlp_sums(&self, now_unix_ns: u64, metrics: &mut Vec<Metric>) {
         let mut sums: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
         for (name, labels, v) in self.counters.iter() {
-            sums.entry(name)
-                .or_default()
-                .push(number(labels, number_data_point::Value::AsInt(*v as i64)));
+            sums.entry(name).or_default().push(self.otlp_number(
+                labels,
+                number_data_point::Value::AsInt(*v as i64),
+                now_unix_ns,
+            ));
         }
         for (name, points) in sums {
             let d = describe(name);
@@ -983,12 +1073,17 @@ impl Metrics {
                 ..Metric::default()
             });
         }
+    }
+
+    /// `otlp`'s gauges.
+    fn otlp_gauges(&self, now_unix_ns: u64, metrics: &mut Vec<Metric>) {
         let mut gauges: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
         for (name, labels, v) in self.gauges.iter() {
-            gauges
-                .entry(name)
-                .or_default()
-                .push(number(labels, number_data_point::Value::AsDouble(*v)));
+            gauges.entry(name).or_default().push(self.otlp_number(
+                labels,
+                number_data_point::Value::AsDouble(*v),
+                now_unix_ns,
+            ));
         }
         for (name, points) in gauges {
             let d = describe(name);
@@ -1001,24 +1096,6 @@ impl Metrics {
                 })),
                 ..Metric::default()
             });
-        }
-        ExportMetricsServiceRequest {
-            resource_metrics: vec![ResourceMetrics {
-                resource: Some(Resource {
-                    attributes: resource,
-                    ..Resource::default()
-                }),
-                scope_metrics: vec![ScopeMetrics {
-                    scope: Some(InstrumentationScope {
-                        name: "observer".into(),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                        ..InstrumentationScope::default()
-                    }),
-                    metrics,
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
-            }],
         }
     }
 }

@@ -218,48 +218,26 @@ impl ConnRecord {
         let (family, remote) = addr(conn.family, &conn.daddr);
         let (_, local) = addr(conn.family, &conn.saddr);
         let owned = conn.flags & FLAG_OWNED != 0;
-        let (pid, tid, comm, thread_comm, exe, container) = match owner {
-            Some(o) => (
-                Some(o.pid),
-                Some(o.tid),
-                Some(Arc::clone(&o.comm)),
-                Some(Arc::clone(&o.thread_comm)),
-                o.exe.clone(),
-                o.container.clone(),
-            ),
+        let kernel;
+        let owner = match owner {
             None if owned => {
-                let c: Arc<str> = Arc::from(comm_str(&conn.comm));
-                (
-                    Some(conn.pid),
-                    Some(conn.tid),
-                    Some(Arc::clone(&c)),
-                    Some(c),
-                    None,
-                    None,
-                )
+                kernel = Self::kernel_owner(conn);
+                Some(&kernel)
             }
-            None => (None, None, None, None, None, None),
+            o => o,
         };
         let midstream = conn.flags & FLAG_MIDSTREAM != 0;
-        let ttfb_ns = match direction {
-            _ if midstream => None,
-            Direction::Outbound => span(conn.first_tx_ns, conn.first_rx_ns),
-            Direction::Inbound => span(conn.first_rx_ns, conn.first_tx_ns),
-        };
-        let connect_ns = match direction {
-            Direction::Outbound => span(conn.start_ns, conn.established_ns),
-            Direction::Inbound => None,
-        };
+        let (connect_ns, ttfb_ns) = Self::connect_and_ttfb(conn, direction, midstream);
         let end_ns = (state == State::Closed && conn.end_ns != 0).then_some(conn.end_ns);
         Self {
             kind: "connection",
             state,
-            pid,
-            tid,
-            comm,
-            thread_comm,
-            exe,
-            container,
+            pid: owner.map(|o| o.pid),
+            tid: owner.map(|o| o.tid),
+            comm: owner.map(|o| Arc::clone(&o.comm)),
+            thread_comm: owner.map(|o| Arc::clone(&o.thread_comm)),
+            exe: owner.and_then(|o| o.exe.clone()),
+            container: owner.and_then(|o| o.container.clone()),
             direction,
             family,
             local_addr: local,
@@ -295,6 +273,39 @@ impl ConnRecord {
             conn_key: conn.sk ^ conn.start_ns.rotate_left(32),
             first_request: None,
         }
+    }
+
+    /// The process of a connection userspace has not resolved, as the
+    /// kernel saw it: its name stands for the thread's too (one string).
+    fn kernel_owner(conn: &Conn) -> Owner {
+        let c: Arc<str> = Arc::from(comm_str(&conn.comm));
+        Owner {
+            pid: conn.pid,
+            tid: conn.tid,
+            comm: Arc::clone(&c),
+            thread_comm: c,
+            exe: None,
+            container: None,
+        }
+    }
+
+    /// `connect_ns` (outbound only) and `ttfb_ns` (none for a connection
+    /// that began before the observer: its first bytes were not seen).
+    fn connect_and_ttfb(
+        conn: &Conn,
+        direction: Direction,
+        midstream: bool,
+    ) -> (Option<u64>, Option<u64>) {
+        let ttfb_ns = match direction {
+            _ if midstream => None,
+            Direction::Outbound => span(conn.first_tx_ns, conn.first_rx_ns),
+            Direction::Inbound => span(conn.first_rx_ns, conn.first_tx_ns),
+        };
+        let connect_ns = match direction {
+            Direction::Outbound => span(conn.start_ns, conn.established_ns),
+            Direction::Inbound => None,
+        };
+        (connect_ns, ttfb_ns)
     }
 }
 

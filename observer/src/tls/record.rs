@@ -137,34 +137,12 @@ impl TlsRecord {
         // A handshake still running in an open connection has not failed.
         let handshake_error = (measured && !done && state == State::Closed).then_some(t.hs_ret);
         let plaintext = t.flags & TLS_PLAINTEXT != 0;
-        let (pt, sock, exchanges) = match direction {
-            Direction::Outbound => (
-                (t.pt_first_write_ns, t.pt_read_after_write_ns),
-                (t.sk_send_after_hs_ns, t.sk_recv_after_send_ns),
-                t.exchanges_client,
-            ),
-            Direction::Inbound => (
-                (t.pt_first_read_ns, t.pt_write_after_read_ns),
-                (t.sk_recv_after_hs_ns, t.sk_send_after_recv_ns),
-                t.exchanges_server,
-            ),
+        let exchanges = match direction {
+            Direction::Outbound => t.exchanges_client,
+            Direction::Inbound => t.exchanges_server,
         };
-        // The socket stands in only where it cannot be wrong: on a server
-        // whose plaintext probes were never on during this connection.
-        let mut ttfb_unmeasured = None;
-        let (ttfb_from, ttfb_ns, ttfb_source) = match (span(pt.0, pt.1), span(sock.0, sock.1)) {
-            (Some(v), _) => (pt.0, Some(v), Some(TtfbSource::Plaintext)),
-            (None, Some(_)) if plaintext => {
-                ttfb_unmeasured = Some(TtfbUnmeasured::PlaintextLate);
-                (0, None, None)
-            }
-            (None, Some(_)) if direction == Direction::Outbound => {
-                ttfb_unmeasured = Some(TtfbUnmeasured::ClientSocketOnly);
-                (0, None, None)
-            }
-            (None, Some(v)) => (sock.0, Some(v), Some(TtfbSource::Socket)),
-            (None, None) => (0, None, None),
-        };
+        let (ttfb_from, ttfb_ns, ttfb_source, ttfb_unmeasured) =
+            Self::library_ttfb(t, direction, plaintext);
         let wall = |ns: u64| clock.map(|c| c.to_unix_ns(ns));
         let setup_ns = match direction {
             Direction::Outbound if measured => span(conn.established_ns, t.hs_start_ns),
@@ -188,6 +166,37 @@ impl TlsRecord {
             ttfb_start_unix_ns: ttfb_ns.and_then(|_| wall(ttfb_from)),
             ttfb_unmeasured,
         })
+    }
+
+    /// The wait for the first byte from the library's probes: where it
+    /// started, how long it took and how it was measured, or why it was
+    /// not (then the start is 0).
+    fn library_ttfb(
+        t: &TlsConn,
+        direction: Direction,
+        plaintext: bool,
+    ) -> (u64, Option<u64>, Option<TtfbSource>, Option<TtfbUnmeasured>) {
+        let (pt, sock) = match direction {
+            Direction::Outbound => (
+                (t.pt_first_write_ns, t.pt_read_after_write_ns),
+                (t.sk_send_after_hs_ns, t.sk_recv_after_send_ns),
+            ),
+            Direction::Inbound => (
+                (t.pt_first_read_ns, t.pt_write_after_read_ns),
+                (t.sk_recv_after_hs_ns, t.sk_send_after_recv_ns),
+            ),
+        };
+        // The socket stands in only where it cannot be wrong: on a server
+        // whose plaintext probes were never on during this connection.
+        match (span(pt.0, pt.1), span(sock.0, sock.1)) {
+            (Some(v), _) => (pt.0, Some(v), Some(TtfbSource::Plaintext), None),
+            (None, Some(_)) if plaintext => (0, None, None, Some(TtfbUnmeasured::PlaintextLate)),
+            (None, Some(_)) if direction == Direction::Outbound => {
+                (0, None, None, Some(TtfbUnmeasured::ClientSocketOnly))
+            }
+            (None, Some(v)) => (sock.0, Some(v), Some(TtfbSource::Socket), None),
+            (None, None) => (0, None, None, None),
+        }
     }
 }
 
