@@ -344,41 +344,8 @@ impl ConnTable {
                 remote,
                 remote_port,
             } => {
-                // The lookup an outbound connection follows is marked at
-                // connect: it is not traced on its own.
-                if let (observer_common::DIR_OUTBOUND, Some(ip)) = (direction, remote) {
-                    let _ = self
-                        .lookups
-                        .join(pid, tid, ip, self.clock.to_unix_ns(ts_ns));
-                }
-                if self.names.len() >= MAX_NAMES {
-                    self.names.clear();
-                }
-                let thread_comm = self
-                    .names
-                    .entry(comm)
-                    .or_insert_with(|| Arc::from(comm_str(&comm)))
-                    .clone();
-                let info = self.procs.get(pid);
-                let owner = Owner {
-                    pid,
-                    tid,
-                    comm: info.comm.clone().unwrap_or_else(|| thread_comm.clone()),
-                    thread_comm,
-                    exe: info.exe.clone(),
-                    container: info.container.clone(),
-                };
-                self.live.insert(
-                    sk,
-                    Live {
-                        owner,
-                        server_name: self.early_names.remove(&sk),
-                        last_snapshot_ns: 0,
-                        missing: false,
-                        outbound: direction == observer_common::DIR_OUTBOUND,
-                        peer: remote.map(|ip| std::net::SocketAddr::new(ip, remote_port)),
-                    },
-                );
+                let peer = remote.map(|ip| std::net::SocketAddr::new(ip, remote_port));
+                self.owned(ts_ns, sk, (pid, tid, comm), direction, peer);
                 None
             }
             Event::Close(conn, tls) => {
@@ -407,23 +374,7 @@ impl ConnTable {
                 None
             }
             Event::TlsName { sk, len, name } => {
-                let name = String::from_utf8_lossy(&name[..len]);
-                let name = name.trim_end_matches('\0');
-                // A literal address is never sent as a server name (RFC
-                // 6066); Go's client config holds one when dialing an IP.
-                let literal = name.parse::<std::net::IpAddr>().is_ok();
-                if literal {
-                    return None;
-                }
-                match self.live.get_mut(&sk) {
-                    Some(live) => live.server_name = Some(Arc::from(name)),
-                    None => {
-                        if self.early_names.len() >= MAX_EARLY_NAMES {
-                            self.early_names.clear();
-                        }
-                        self.early_names.insert(sk, Arc::from(name));
-                    }
-                }
+                self.server_name(sk, &name[..len]);
                 None
             }
             Event::Plaintext(ev) => {
@@ -457,6 +408,73 @@ impl ConnTable {
                     self.listeners.ended(sk);
                 }
                 None
+            }
+        }
+    }
+
+    /// A connection got its owner (`pid`, `tid`, the thread's name).
+    fn owned(
+        &mut self,
+        ts_ns: u64,
+        sk: u64,
+        (pid, tid, comm): (u32, u32, [u8; 16]),
+        direction: u8,
+        peer: Option<std::net::SocketAddr>,
+    ) {
+        // The lookup an outbound connection follows is marked at
+        // connect: it is not traced on its own.
+        if let (observer_common::DIR_OUTBOUND, Some(p)) = (direction, peer) {
+            let _ = self
+                .lookups
+                .join(pid, tid, p.ip(), self.clock.to_unix_ns(ts_ns));
+        }
+        if self.names.len() >= MAX_NAMES {
+            self.names.clear();
+        }
+        let thread_comm = self
+            .names
+            .entry(comm)
+            .or_insert_with(|| Arc::from(comm_str(&comm)))
+            .clone();
+        let info = self.procs.get(pid);
+        let owner = Owner {
+            pid,
+            tid,
+            comm: info.comm.clone().unwrap_or_else(|| thread_comm.clone()),
+            thread_comm,
+            exe: info.exe.clone(),
+            container: info.container.clone(),
+        };
+        self.live.insert(
+            sk,
+            Live {
+                owner,
+                server_name: self.early_names.remove(&sk),
+                last_snapshot_ns: 0,
+                missing: false,
+                outbound: direction == observer_common::DIR_OUTBOUND,
+                peer,
+            },
+        );
+    }
+
+    /// The TLS server name the client's library was given for socket `sk`
+    /// (held until the socket's owner is known, if it is not yet).
+    fn server_name(&mut self, sk: u64, name: &[u8]) {
+        let name = String::from_utf8_lossy(name);
+        let name = name.trim_end_matches('\0');
+        // A literal address is never sent as a server name (RFC
+        // 6066); Go's client config holds one when dialing an IP.
+        if name.parse::<std::net::IpAddr>().is_ok() {
+            return;
+        }
+        match self.live.get_mut(&sk) {
+            Some(live) => live.server_name = Some(Arc::from(name)),
+            None => {
+                if self.early_names.len() >= MAX_EARLY_NAMES {
+                    self.early_names.clear();
+                }
+                self.early_names.insert(sk, Arc::from(name));
             }
         }
     }
