@@ -35,11 +35,11 @@ impl Health {
     }
 
     /// Ok, or which stage has stalled (for the 503's body).
-    pub fn live(&self) -> Result<(), String> {
+    pub fn live(&self) -> Result<(), NotHealthy> {
         self.live_at(monotonic_ns())
     }
 
-    fn live_at(&self, now: u64) -> Result<(), String> {
+    fn live_at(&self, now: u64) -> Result<(), NotHealthy> {
         for (name, beat) in [
             ("ring reader", &self.reader),
             ("correlator", &self.correlator),
@@ -47,30 +47,41 @@ impl Health {
             let at = beat.load(Ordering::Relaxed);
             // Not started yet is not stalled: readiness covers start-up.
             if at != 0 && now.saturating_sub(at) > STALL_NS {
-                return Err(format!(
-                    "{name} stalled: last turned {:.1} s ago",
-                    now.saturating_sub(at) as f64 / 1e9
-                ));
+                return Err(NotHealthy::Stalled {
+                    stage: name,
+                    seconds: now.saturating_sub(at) as f64 / 1e9,
+                });
             }
         }
         Ok(())
     }
 
     /// Ok once started and live; else why not.
-    pub fn ready(&self) -> Result<(), String> {
+    pub fn ready(&self) -> Result<(), NotHealthy> {
         self.ready_at(monotonic_ns())
     }
 
-    fn ready_at(&self, now: u64) -> Result<(), String> {
+    fn ready_at(&self, now: u64) -> Result<(), NotHealthy> {
         if !self.ready.load(Ordering::Relaxed) {
-            return Err("starting: programs not attached yet".into());
+            return Err(NotHealthy::NotAttached);
         }
         if self.reader.load(Ordering::Relaxed) == 0 || self.correlator.load(Ordering::Relaxed) == 0
         {
-            return Err("starting: the pipeline has not turned yet".into());
+            return Err(NotHealthy::NotTurned);
         }
         self.live_at(now)
     }
+}
+
+/// Why `/healthz` or `/readyz` answers 503 (its body).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotHealthy {
+    #[error("{stage} stalled: last turned {seconds:.1} s ago")]
+    Stalled { stage: &'static str, seconds: f64 },
+    #[error("starting: programs not attached yet")]
+    NotAttached,
+    #[error("starting: the pipeline has not turned yet")]
+    NotTurned,
 }
 
 #[cfg(test)]
@@ -83,18 +94,29 @@ mod tests {
     fn ready_after_start_and_both_beats_then_stalls() {
         let h = Health::default();
         assert!(h.live_at(5).is_ok(), "not started is not stalled");
-        assert!(h.ready_at(5).is_err());
+        assert_eq!(h.ready_at(5), Err(NotHealthy::NotAttached));
         h.set_ready();
-        assert!(h.ready_at(5).is_err(), "no beat yet");
+        assert_eq!(h.ready_at(5), Err(NotHealthy::NotTurned), "no beat yet");
         h.reader.store(10, Ordering::Relaxed);
         h.correlator.store(20, Ordering::Relaxed);
         assert!(h.ready_at(30).is_ok());
         let late = 10 + STALL_NS + 1;
         let e = h.live_at(late).unwrap_err();
-        assert!(e.starts_with("ring reader stalled"), "{e}");
+        assert!(
+            matches!(
+                e,
+                NotHealthy::Stalled {
+                    stage: "ring reader",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("ring reader stalled"), "{e}");
         assert!(h.ready_at(late).is_err());
         h.reader.store(late, Ordering::Relaxed);
         let e = h.live_at(late + 10).unwrap_err();
-        assert!(e.starts_with("correlator stalled"), "{e}");
+        assert!(e.to_string().starts_with("correlator stalled"), "{e}");
+        assert_eq!(h.ready_at(late + 10), Err(e));
     }
 }

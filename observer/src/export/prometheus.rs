@@ -29,7 +29,10 @@ use tokio::{
 };
 
 use super::metrics::Metrics;
-use crate::{health::Health, stats::Stats};
+use crate::{
+    health::{Health, NotHealthy},
+    stats::Stats,
+};
 
 /// Default listen address (`--prometheus-listen`).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
@@ -183,7 +186,7 @@ fn respond(
     health: &Health,
 ) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
-    let probe = |r: Result<(), String>| match r {
+    let probe = |r: Result<(), NotHealthy>| match r {
         Ok(()) => (StatusCode::OK, TEXT, "ok\n".to_owned()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
     };

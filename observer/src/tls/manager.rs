@@ -815,6 +815,7 @@ impl TlsProbes {
                     .and_then(|fd| {
                         self.events
                             .define(&path, site.offset, site.ret, fd.as_fd(), site.cookie)
+                            .map_err(|e| e.to_string())
                     })
                     .map_err(|e| format!("{} at {}: {e}", site.program, site.symbol));
                 probes.note_external(

@@ -51,18 +51,49 @@ pub struct UprobeEvents {
     events: Vec<TraceEvent>,
 }
 
-fn errno(what: &str) -> String {
-    format!("{what}: {}", std::io::Error::last_os_error())
+/// Why a uprobe event could not be defined or opened (into the TLS file's
+/// report).
+#[derive(Debug, thiserror::Error)]
+pub enum UprobeEventError {
+    #[error("{}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing `{line}` to {}: {source}", path.display())]
+    Write {
+        line: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}: uprobe_events cannot name paths with spaces")]
+    SpaceInPath(String),
+    #[error("no id for uprobe event {}", .0.display())]
+    NoId(PathBuf),
+    #[error("{what}: {source}")]
+    Syscall {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("unknown uprobe event")]
+    Unknown,
+}
+
+/// The failed call's errno, named.
+fn errno(what: impl Into<String>) -> UprobeEventError {
+    UprobeEventError::Syscall {
+        what: what.into(),
+        source: std::io::Error::last_os_error(),
+    }
 }
 
 /// Whether this process may define uprobe events (root owns the file).
-pub fn writable(tracefs: &Path) -> Result<(), String> {
+pub fn writable(tracefs: &Path) -> Result<(), UprobeEventError> {
     let path = tracefs.join("uprobe_events");
-    OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .map(|_| ())
-        .map_err(|e| format!("{}: {e}", path.display()))
+    match OpenOptions::new().append(true).open(&path) {
+        Ok(_) => Ok(()),
+        Err(source) => Err(UprobeEventError::Open { path, source }),
+    }
 }
 
 impl UprobeEvents {
@@ -79,14 +110,18 @@ impl UprobeEvents {
         me
     }
 
-    fn control(&self, line: &str) -> Result<(), String> {
+    fn control(&self, line: &str) -> Result<(), UprobeEventError> {
         let path = self.tracefs.join("uprobe_events");
-        let mut f = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut f = match OpenOptions::new().append(true).open(&path) {
+            Ok(f) => f,
+            Err(source) => return Err(UprobeEventError::Open { path, source }),
+        };
         f.write_all(format!("{line}\n").as_bytes())
-            .map_err(|e| format!("writing `{line}` to {}: {e}", path.display()))
+            .map_err(|source| UprobeEventError::Write {
+                line: line.to_owned(),
+                path,
+                source,
+            })
     }
 
     fn remove_stale(&self) {
@@ -125,12 +160,10 @@ impl UprobeEvents {
         ret: bool,
         prog: BorrowedFd<'_>,
         cookie: u64,
-    ) -> Result<EventId, String> {
+    ) -> Result<EventId, UprobeEventError> {
         let shown = path.display().to_string();
         if shown.chars().any(char::is_whitespace) {
-            return Err(format!(
-                "{shown}: uprobe_events cannot name paths with spaces"
-            ));
+            return Err(UprobeEventError::SpaceInPath(shown));
         }
         let name = format!("t{}", self.next);
         self.next += 1;
@@ -150,7 +183,7 @@ impl UprobeEvents {
         };
         let Some(id) = id else {
             remove(self);
-            return Err(format!("no id for uprobe event {}", id_path.display()));
+            return Err(UprobeEventError::NoId(id_path));
         };
         let anchor = match perf_open(id, std::process::id()) {
             Ok(fd) => fd,
@@ -177,8 +210,8 @@ impl UprobeEvents {
     }
 
     /// Plants event `ev`'s probe in process `pid`; closing the fd removes it.
-    pub fn open_for(&self, ev: EventId, pid: u32) -> Result<OwnedFd, String> {
-        let e = self.events.get(ev.0).ok_or("unknown uprobe event")?;
+    pub fn open_for(&self, ev: EventId, pid: u32) -> Result<OwnedFd, UprobeEventError> {
+        let e = self.events.get(ev.0).ok_or(UprobeEventError::Unknown)?;
         perf_open(e.id, pid)
     }
 }
@@ -198,7 +231,7 @@ impl Drop for UprobeEvents {
 }
 
 /// A perf event on trace event `id` for process `pid`, enabled.
-fn perf_open(id: u64, pid: u32) -> Result<OwnedFd, String> {
+fn perf_open(id: u64, pid: u32) -> Result<OwnedFd, UprobeEventError> {
     let mut attr = [0u8; PERF_ATTR_SIZE];
     attr[0..4].copy_from_slice(&PERF_TYPE_TRACEPOINT.to_ne_bytes());
     attr[4..8].copy_from_slice(&(PERF_ATTR_SIZE as u32).to_ne_bytes());
@@ -218,7 +251,7 @@ fn perf_open(id: u64, pid: u32) -> Result<OwnedFd, String> {
         )
     };
     if fd < 0 {
-        return Err(errno(&format!(
+        return Err(errno(format!(
             "perf_event_open(uprobe event {id}, pid {pid})"
         )));
     }
@@ -232,7 +265,11 @@ fn perf_open(id: u64, pid: u32) -> Result<OwnedFd, String> {
 }
 
 /// BPF_LINK_CREATE: attaches `prog` to perf event `perf` with a cookie.
-fn link_create(prog: BorrowedFd<'_>, perf: &OwnedFd, cookie: u64) -> Result<OwnedFd, String> {
+fn link_create(
+    prog: BorrowedFd<'_>,
+    perf: &OwnedFd,
+    cookie: u64,
+) -> Result<OwnedFd, UprobeEventError> {
     // union bpf_attr, link_create: prog_fd, target_fd, attach_type, flags,
     // perf_event.bpf_cookie (offset 16).
     let mut attr = [0u8; 64];
