@@ -256,6 +256,20 @@ fn yes(b: bool) -> &'static str {
 /// kernel refused.
 pub fn print(r: &Report, verbose: bool) {
     println!("observer doctor");
+    print_host(r);
+    print_object(r);
+    print_programs(r, verbose);
+    print_features(r);
+    print_tls(r.tls.as_ref());
+    if let Some(d) = &r.dns {
+        print_dns(d);
+    }
+    print_gpu(&r.gpu);
+    print_verdict(r);
+}
+
+/// The machine: kernel, BTF, privileges, tracefs, other observers, uprobes.
+fn print_host(r: &Report) {
     println!("  kernel       {}", r.kernel);
     println!(
         "  BTF          {}",
@@ -310,48 +324,59 @@ pub fn print(r: &Report, verbose: bool) {
         ),
         None => {}
     }
+}
+
+/// Whether the eBPF object loaded, and the socket offsets BTF gave it.
+fn print_object(r: &Report) {
     if let Some(e) = &r.load_error {
         println!("  eBPF object  NOT LOADED: {e}");
-    } else {
-        println!("  eBPF object  loaded (ring buffer, connection map, counters)");
-        match (&r.offsets, &r.offsets_error) {
-            (Some(o), _) => {
-                println!(
-                    "  BTF offsets  sock.sk_err {}, tcp_sock.srtt_us {}: errors and RTT readable",
-                    o.sk_err, o.srtt_us
-                );
-                let c = &o.tcp_counters;
-                println!(
-                    "  BTF offsets  tcp_sock.bytes_sent {}, bytes_retrans {}, bytes_received {}, \
-                     data_segs_out {}, data_segs_in {}, sock.sk_flags {}: bytes and segments{}",
-                    c.bytes_sent,
-                    c.bytes_retrans,
-                    c.bytes_received,
-                    c.data_segs_out,
-                    c.data_segs_in,
-                    c.sk_flags,
-                    if c.bytes_sent == 0 {
-                        " LOST"
-                    } else {
-                        " readable"
-                    }
-                );
-                println!(
-                    "  BTF offsets  sock.sk_lock.owned {}: {}",
-                    o.sk_lock_owned,
-                    if o.sk_lock_owned == 0 {
-                        "inbound owners LOST, TLS sessions without a descriptor untied"
-                    } else {
-                        "inbound owners and TLS sessions without a descriptor from their packets"
-                    }
-                );
-            }
-            (None, e) => println!(
-                "  BTF offsets  unknown ({}): \"timeout\"/\"unreachable\" errors and srtt_us lost",
-                e.as_deref().unwrap_or("?")
-            ),
-        }
+        return;
     }
+    println!("  eBPF object  loaded (ring buffer, connection map, counters)");
+    match (&r.offsets, &r.offsets_error) {
+        (Some(o), _) => print_offsets(o),
+        (None, e) => println!(
+            "  BTF offsets  unknown ({}): \"timeout\"/\"unreachable\" errors and srtt_us lost",
+            e.as_deref().unwrap_or("?")
+        ),
+    }
+}
+
+fn print_offsets(o: &crate::btf::KernelOffsets) {
+    println!(
+        "  BTF offsets  sock.sk_err {}, tcp_sock.srtt_us {}: errors and RTT readable",
+        o.sk_err, o.srtt_us
+    );
+    let c = &o.tcp_counters;
+    println!(
+        "  BTF offsets  tcp_sock.bytes_sent {}, bytes_retrans {}, bytes_received {}, \
+         data_segs_out {}, data_segs_in {}, sock.sk_flags {}: bytes and segments{}",
+        c.bytes_sent,
+        c.bytes_retrans,
+        c.bytes_received,
+        c.data_segs_out,
+        c.data_segs_in,
+        c.sk_flags,
+        if c.bytes_sent == 0 {
+            " LOST"
+        } else {
+            " readable"
+        }
+    );
+    println!(
+        "  BTF offsets  sock.sk_lock.owned {}: {}",
+        o.sk_lock_owned,
+        if o.sk_lock_owned == 0 {
+            "inbound owners LOST, TLS sessions without a descriptor untied"
+        } else {
+            "inbound owners and TLS sessions without a descriptor from their packets"
+        }
+    );
+}
+
+/// The program table: one row per program, its errors, and with `verbose`
+/// the verifier's log.
+fn print_programs(r: &Report, verbose: bool) {
     println!("programs (the whole eBPF object):");
     println!(
         "  {:<26} {:<21} {:<9} {:<10} {:>4}  TARGET / WHAT IT GIVES",
@@ -380,6 +405,9 @@ pub fn print(r: &Report, verbose: bool) {
             }
         }
     }
+}
+
+fn print_features(r: &Report) {
     println!("features:");
     for (f, s) in &r.features.0 {
         println!("  {:<21} {:<9} {}", f.label(), s.word(), s.detail());
@@ -394,44 +422,51 @@ pub fn print(r: &Report, verbose: bool) {
             }
         }
     }
-    print_tls(r.tls.as_ref());
-    if let Some(d) = &r.dns {
-        match (&d.probed, &d.error) {
-            (Some(what), _) => println!("DNS lookups: {what}, for every process"),
-            (None, e) => println!(
-                "DNS lookups: NOT SEEN ({}): only lookups on the wire are seen",
-                e.as_deref().unwrap_or("?")
-            ),
-        }
-        for f in &d.resolver_files {
-            match &f.error {
-                None => println!(
-                    "DNS lookups: {} in {}, for every process",
-                    f.probed.join(", "),
-                    f.path
-                ),
-                Some(e) => println!("DNS lookups: NOT SEEN in {} ({e})", f.path),
-            }
-        }
-        match (&d.wire_probed, &d.wire_error) {
-            (Some(what), _) => println!("DNS on the wire: {what}, for every process"),
-            (None, e) => println!(
-                "DNS on the wire: NOT SEEN ({}): lookups by programs with their own resolver are missed, library lookups lack their server",
-                e.as_deref().unwrap_or("?")
-            ),
-        }
-    }
-    match (&r.gpu.devices, &r.gpu.error) {
-        (Some(n), _) => println!(
-            "GPUs: {n} devices through NVML ({}): GPU state on records and metrics",
-            r.gpu.nvml_lib
-        ),
+}
+
+/// The resolver probes: library lookups, resolver files, and the wire.
+fn print_dns(d: &DnsReport) {
+    match (&d.probed, &d.error) {
+        (Some(what), _) => println!("DNS lookups: {what}, for every process"),
         (None, e) => println!(
-            "GPUs: off, NVML not loaded from {} ({}): records carry \"gpu\": null, no GPU metrics",
-            r.gpu.nvml_lib,
+            "DNS lookups: NOT SEEN ({}): only lookups on the wire are seen",
             e.as_deref().unwrap_or("?")
         ),
     }
+    for f in &d.resolver_files {
+        match &f.error {
+            None => println!(
+                "DNS lookups: {} in {}, for every process",
+                f.probed.join(", "),
+                f.path
+            ),
+            Some(e) => println!("DNS lookups: NOT SEEN in {} ({e})", f.path),
+        }
+    }
+    match (&d.wire_probed, &d.wire_error) {
+        (Some(what), _) => println!("DNS on the wire: {what}, for every process"),
+        (None, e) => println!(
+            "DNS on the wire: NOT SEEN ({}): lookups by programs with their own resolver are missed, library lookups lack their server",
+            e.as_deref().unwrap_or("?")
+        ),
+    }
+}
+
+fn print_gpu(g: &GpuReport) {
+    match (&g.devices, &g.error) {
+        (Some(n), _) => println!(
+            "GPUs: {n} devices through NVML ({}): GPU state on records and metrics",
+            g.nvml_lib
+        ),
+        (None, e) => println!(
+            "GPUs: off, NVML not loaded from {} ({}): records carry \"gpu\": null, no GPU metrics",
+            g.nvml_lib,
+            e.as_deref().unwrap_or("?")
+        ),
+    }
+}
+
+fn print_verdict(r: &Report) {
     let attached = r.programs.iter().filter(|p| p.status == "attached").count();
     match (&r.refusal, r.ok) {
         (None, true) => println!(

@@ -4,13 +4,14 @@
 
 use observer_common::{http::PlaintextEvent, DIR_INBOUND};
 
-use super::ConnTable;
+use super::{ConnTable, Live};
 use crate::{
     http::{
         proxy::{self, Link, UpstreamLeg},
         trace_context::{Hex, SpanIds, TraceParent},
-        RequestRecord,
+        Conversation, RequestRecord,
     },
+    keys::{NumMap, NumSet},
     record::Direction,
 };
 
@@ -232,6 +233,11 @@ fn worker_thread((pid, tid): (u32, u32)) -> Option<u32> {
     (tid != pid).then_some(tid)
 }
 
+/// An inbound request a leg may serve: its server end, its place, the
+/// `traceparent` it carried, and (when its owner is not known yet) the
+/// local port its process must listen on for it to count.
+type InboundRequest = (u64, u32, Option<TraceParent>, Option<u16>);
+
 impl ConnTable {
     /// Links each request in flight of client end `sk` not tried yet (its
     /// HTTP/1.x request, or its HTTP/2 streams, in the order they began).
@@ -282,31 +288,7 @@ impl ConnTable {
         let http = &self.http;
         self.serving
             .retain(|s| http.get(s).is_some_and(|t| t.serves()));
-        // The process's inbound requests, and those whose owner is not known
-        // yet: one of these that the rules choose counts only when the
-        // process listens on its port (else a client's request would be
-        // taken for a leg of the server it calls). Checked for the one
-        // chosen only: /proc is read for a link, never for every request.
-        let mut found = Vec::new();
-        let mut candidates = Vec::new();
-        for &isk in &self.serving {
-            let owner = self.live.get(&isk).map(|l| (l.owner.pid, l.owner.tid));
-            if isk == sk || owner.is_some_and(|(p, _)| p != pid) {
-                continue;
-            }
-            let Some(t) = http.get(&isk) else {
-                continue;
-            };
-            let unowned_port = match (owner, t.ends) {
-                (Some(_), _) => None,
-                (None, Some((local, _))) => Some(local.1),
-                (None, None) => continue,
-            };
-            for (iplace, c) in t.serving(owner.and_then(worker_thread)) {
-                found.push((isk, iplace, c.asked.traceparent.copied(), unowned_port));
-                candidates.push(c);
-            }
-        }
+        let (found, candidates) = Self::inbound_in_flight(http, &self.live, &self.serving, sk, pid);
         let chosen = proxy::choose(&out.asked, &candidates).filter(|&(i, _)| match found[i].3 {
             Some(port) => self.listeners.listens(pid, port),
             None => true,
@@ -316,29 +298,21 @@ impl ConnTable {
         // at its first answer byte: a leg made on a worker thread while
         // such requests are in flight waits for their records.
         let rule = chosen.map(|(_, rule)| rule);
-        let mut unowned = Vec::new();
-        if worker_thread((pid, tid)).is_some()
+        let unowned = if worker_thread((pid, tid)).is_some()
             && !matches!(rule, Some(proxy::BY_TRACE_CONTEXT | proxy::BY_THREAD))
             && self.waiting.len() < MAX_WAITING
         {
-            for (f, c) in found.iter().zip(&candidates) {
-                let listened = f.3.is_some_and(|port| self.listeners.listens(pid, port));
-                if listened && proxy::waiting_at(c, out.asked.start_ns) {
-                    unowned.push((f.0, f.1));
-                }
-            }
-        }
-        let link = chosen.and_then(|(i, rule)| {
-            let (isk, iplace, incoming, _) = found[i];
-            let ids = self.server_ids(isk, iplace, incoming.as_ref())?;
-            Some(Link {
-                inbound_sk: isk,
-                inbound_place: iplace,
-                trace_id: ids.trace_id,
-                parent_span_id: ids.span_id,
-                rule,
-            })
-        });
+            Self::awaited_requests(
+                &mut self.listeners,
+                pid,
+                &found,
+                &candidates,
+                out.asked.start_ns,
+            )
+        } else {
+            Vec::new()
+        };
+        let link = self.chosen_link(chosen, &found);
         if let Some(talk) = self.http.get_mut(&sk) {
             talk.link_tried = place;
         }
@@ -357,6 +331,83 @@ impl ConnTable {
                 ticks: 0,
             });
         }
+    }
+
+    /// The inbound requests in flight of process `pid` (other than on `sk`),
+    /// and those whose owner is not known yet: one of these that the rules
+    /// choose counts only when the process listens on its port (else a
+    /// client's request would be taken for a leg of the server it calls).
+    /// Checked for the one chosen only: /proc is read for a link, never for
+    /// every request.
+    fn inbound_in_flight<'a>(
+        http: &'a NumMap<u64, Conversation>,
+        live: &NumMap<u64, Live>,
+        serving: &NumSet<u64>,
+        sk: u64,
+        pid: u32,
+    ) -> (Vec<InboundRequest>, Vec<proxy::Candidate<'a>>) {
+        let mut found = Vec::new();
+        let mut candidates = Vec::new();
+        for &isk in serving {
+            let owner = live.get(&isk).map(|l| (l.owner.pid, l.owner.tid));
+            if isk == sk || owner.is_some_and(|(p, _)| p != pid) {
+                continue;
+            }
+            let Some(t) = http.get(&isk) else {
+                continue;
+            };
+            let unowned_port = match (owner, t.ends) {
+                (Some(_), _) => None,
+                (None, Some((local, _))) => Some(local.1),
+                (None, None) => continue,
+            };
+            for (iplace, c) in t.serving(owner.and_then(worker_thread)) {
+                found.push((isk, iplace, c.asked.traceparent.copied(), unowned_port));
+                candidates.push(c);
+            }
+        }
+        (found, candidates)
+    }
+
+    /// The requests found whose owner is not known yet, on a port their
+    /// process listens on, and in flight at `start_ns`: a leg made on a
+    /// worker thread waits for their records.
+    fn awaited_requests(
+        listeners: &mut crate::listeners::Listeners,
+        pid: u32,
+        found: &[InboundRequest],
+        candidates: &[proxy::Candidate<'_>],
+        start_ns: u64,
+    ) -> Vec<(u64, u32)> {
+        let mut unowned = Vec::new();
+        for (f, c) in found.iter().zip(candidates) {
+            let listened = f.3.is_some_and(|port| listeners.listens(pid, port));
+            if listened && proxy::waiting_at(c, start_ns) {
+                unowned.push((f.0, f.1));
+            }
+        }
+        unowned
+    }
+
+    /// The link to the inbound request the rules chose (its index into
+    /// `found`, and the rule): that request's trace and span are the leg's
+    /// trace and parent.
+    fn chosen_link(
+        &self,
+        chosen: Option<(usize, &'static str)>,
+        found: &[InboundRequest],
+    ) -> Option<Link> {
+        chosen.and_then(|(i, rule)| {
+            let (isk, iplace, incoming, _) = found[i];
+            let ids = self.server_ids(isk, iplace, incoming.as_ref())?;
+            Some(Link {
+                inbound_sk: isk,
+                inbound_place: iplace,
+                trace_id: ids.trace_id,
+                parent_span_id: ids.span_id,
+                rule,
+            })
+        })
     }
 
     /// Keeps client end `sk`'s link of request `place`, for its record and

@@ -13,10 +13,11 @@ use serde_json::Value;
 use super::{
     collect::Collector,
     only::Only,
+    pools::Leak,
     text::{block, Verdict, HEADER},
     DiagnoseArgs,
 };
-use crate::cause::{diagnose, Cause, Thresholds};
+use crate::cause::{diagnose, Call, Cause, Diagnosis, Thresholds};
 use crate::{output::Line, watch};
 
 /// What the end line says besides the verdicts.
@@ -118,15 +119,7 @@ fn report(
         args.top.min(judged.len())
     };
     if args.watch.json {
-        for (c, d) in &judged[..shown] {
-            serde_json::to_writer(&mut *out, &Verdict::new(c, d, t))?;
-            out.write_all(b"\n")?;
-        }
-        for l in &leaks {
-            serde_json::to_writer(&mut *out, l)?;
-            out.write_all(b"\n")?;
-        }
-        out.flush()?;
+        write_json_records(out, &judged[..shown], &leaks, t)?;
         let end = serde_json::json!({
             "pool_leaks": leaks.len(),
             "calls": judged.len(),
@@ -138,51 +131,94 @@ fn report(
         });
         eprintln!("diagnosed {end}");
     } else {
-        writeln!(
-            out,
-            "observer diagnose: the {shown} slowest of {} calls; {}",
-            judged.len(),
-            t.summary()
-        )?;
-        writeln!(out, "{HEADER}")?;
-        for (c, d) in &judged[..shown] {
-            writeln!(out, "{}", block(c, d))?;
-        }
-        let causes: Vec<String> = Cause::ALL
-            .iter()
-            .filter_map(|c| {
-                by_cause
-                    .get(c.as_str())
-                    .map(|n| format!("{} {n}", c.as_str()))
-            })
-            .collect();
-        writeln!(
-            out,
-            "by cause: {}",
-            if causes.is_empty() {
-                "-".into()
-            } else {
-                causes.join(", ")
-            }
-        )?;
-        for l in &leaks {
-            writeln!(out, "{}", l.text())?;
-        }
-        if tally.skipped_lines > 0 {
-            writeln!(
-                out,
-                "skipped {} lines that were not records",
-                tally.skipped_lines
-            )?;
-        }
-        if not_kept > 0 {
-            writeln!(
-                out,
-                "{not_kept} calls past {} not kept",
-                super::collect::MAX_RECORDS
-            )?;
-        }
-        out.flush()?;
+        write_text_table(out, &judged[..shown], judged.len(), t)?;
+        write_text_summary(out, &by_cause, &leaks, tally, not_kept)?;
     }
+    Ok(())
+}
+
+/// `--json`: one line per verdict shown, then one per pool leak.
+fn write_json_records(
+    out: &mut impl Write,
+    shown: &[(&Call, Diagnosis)],
+    leaks: &[Leak],
+    t: &Thresholds,
+) -> anyhow::Result<()> {
+    for (c, d) in shown {
+        serde_json::to_writer(&mut *out, &Verdict::new(c, d, t))?;
+        out.write_all(b"\n")?;
+    }
+    for l in leaks {
+        serde_json::to_writer(&mut *out, l)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The text report's title, header and one block per verdict shown.
+fn write_text_table(
+    out: &mut impl Write,
+    shown: &[(&Call, Diagnosis)],
+    calls: usize,
+    t: &Thresholds,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "observer diagnose: the {} slowest of {calls} calls; {}",
+        shown.len(),
+        t.summary()
+    )?;
+    writeln!(out, "{HEADER}")?;
+    for (c, d) in shown {
+        writeln!(out, "{}", block(c, d))?;
+    }
+    Ok(())
+}
+
+/// The text report's tail: the count by cause, the pool leaks, and what
+/// was skipped or not kept.
+fn write_text_summary(
+    out: &mut impl Write,
+    by_cause: &BTreeMap<&'static str, u64>,
+    leaks: &[Leak],
+    tally: &Tally,
+    not_kept: u64,
+) -> anyhow::Result<()> {
+    let causes: Vec<String> = Cause::ALL
+        .iter()
+        .filter_map(|c| {
+            by_cause
+                .get(c.as_str())
+                .map(|n| format!("{} {n}", c.as_str()))
+        })
+        .collect();
+    writeln!(
+        out,
+        "by cause: {}",
+        if causes.is_empty() {
+            "-".into()
+        } else {
+            causes.join(", ")
+        }
+    )?;
+    for l in leaks {
+        writeln!(out, "{}", l.text())?;
+    }
+    if tally.skipped_lines > 0 {
+        writeln!(
+            out,
+            "skipped {} lines that were not records",
+            tally.skipped_lines
+        )?;
+    }
+    if not_kept > 0 {
+        writeln!(
+            out,
+            "{not_kept} calls past {} not kept",
+            super::collect::MAX_RECORDS
+        )?;
+    }
+    out.flush()?;
     Ok(())
 }

@@ -87,84 +87,6 @@ impl OtlpConfig {
     /// merged config file + environment). Nothing is exported unless an
     /// endpoint is set.
     pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, BadSetting> {
-        let signal = |sig: &str, path: &str| -> Result<Option<Signal>, BadSetting> {
-            let var = |name: &str| -> Option<(String, String)> {
-                let specific = format!("OTEL_EXPORTER_OTLP_{sig}_{name}");
-                let general = format!("OTEL_EXPORTER_OTLP_{name}");
-                get(&specific)
-                    .map(|v| (specific, v))
-                    .or_else(|| get(&general).map(|v| (general, v)))
-                    .filter(|(_, v)| !v.trim().is_empty())
-            };
-            let protocol = match var("PROTOCOL") {
-                None => Protocol::Grpc,
-                Some((_, v)) if v == "grpc" => Protocol::Grpc,
-                Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
-                Some((k, v)) => return Err(bad(&k, &v, "expected grpc or http/protobuf")),
-            };
-            let specific_key = format!("OTEL_EXPORTER_OTLP_{sig}_ENDPOINT");
-            let endpoint = match (get(&specific_key), get("OTEL_EXPORTER_OTLP_ENDPOINT")) {
-                (Some(e), _) if !e.trim().is_empty() => {
-                    check_url(&specific_key, &e)?;
-                    e
-                }
-                (_, Some(e)) if !e.trim().is_empty() => {
-                    check_url("OTEL_EXPORTER_OTLP_ENDPOINT", &e)?;
-                    match protocol {
-                        Protocol::Grpc => e,
-                        Protocol::HttpProtobuf => format!("{}/{path}", e.trim_end_matches('/')),
-                    }
-                }
-                _ => return Ok(None),
-            };
-            let headers = match var("HEADERS") {
-                None => Vec::new(),
-                Some((k, v)) => v
-                    .split(',')
-                    .filter(|p| !p.trim().is_empty())
-                    .map(|p| {
-                        p.split_once('=')
-                            .map(|(a, b)| (a.trim().to_lowercase(), b.trim().to_owned()))
-                            .filter(|(a, _)| !a.is_empty())
-                            .ok_or_else(|| {
-                                bad(&k, &v, "expected key=value pairs separated by commas")
-                            })
-                    })
-                    .collect::<Result<_, _>>()?,
-            };
-            let timeout = match var("TIMEOUT") {
-                None => Duration::from_secs(10),
-                Some((k, v)) => Duration::from_millis(
-                    v.trim()
-                        .parse()
-                        .map_err(|_| bad(&k, &v, "expected milliseconds"))?,
-                ),
-            };
-            let gzip = match var("COMPRESSION") {
-                None => false,
-                Some((_, v)) if v == "gzip" => true,
-                Some((_, v)) if v == "none" => false,
-                Some((k, v)) => return Err(bad(&k, &v, "expected gzip or none")),
-            };
-            let ca_file = match var("CERTIFICATE") {
-                None => None,
-                Some((k, v)) => {
-                    let p = std::path::PathBuf::from(v.trim());
-                    if !p.is_file() {
-                        return Err(bad(&k, &v, "no such file"));
-                    }
-                    Some(p)
-                }
-            };
-            Ok(Some(Signal {
-                endpoint,
-                protocol,
-                headers,
-                timeout,
-                gzip,
-                ca_file,
-            }))
-        };
         let metric_interval = match get("OTEL_METRIC_EXPORT_INTERVAL") {
             None => Duration::from_secs(60),
             Some(v) => Duration::from_millis(
@@ -181,30 +103,142 @@ impl OtlpConfig {
                     })?,
             ),
         };
-        // OTEL_{TRACES,METRICS}_EXPORTER: the SDKs' switch; only otlp (the
-        // default) and none mean anything here.
-        let wanted = |key: &str| -> Result<bool, BadSetting> {
-            match get(key) {
-                None => Ok(true),
-                Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-                    "" | "otlp" => Ok(true),
-                    "none" => Ok(false),
-                    _ => Err(bad(key, &v, "expected otlp or none")),
-                },
-            }
-        };
         Ok(Self {
-            traces: match wanted("OTEL_TRACES_EXPORTER")? {
-                true => signal("TRACES", "v1/traces")?,
+            traces: match exporter_wanted(get, "OTEL_TRACES_EXPORTER")? {
+                true => signal_from_vars(get, "TRACES", "v1/traces")?,
                 false => None,
             },
-            metrics: match wanted("OTEL_METRICS_EXPORTER")? {
-                true => signal("METRICS", "v1/metrics")?,
+            metrics: match exporter_wanted(get, "OTEL_METRICS_EXPORTER")? {
+                true => signal_from_vars(get, "METRICS", "v1/metrics")?,
                 false => None,
             },
             metric_interval,
         })
     }
+}
+
+/// OTEL_{TRACES,METRICS}_EXPORTER: the SDKs' switch; only otlp (the
+/// default) and none mean anything here.
+fn exporter_wanted(get: &dyn Fn(&str) -> Option<String>, key: &str) -> Result<bool, BadSetting> {
+    match get(key) {
+        None => Ok(true),
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "otlp" => Ok(true),
+            "none" => Ok(false),
+            _ => Err(bad(key, &v, "expected otlp or none")),
+        },
+    }
+}
+
+/// One signal (`sig`: TRACES or METRICS) from its OTEL_EXPORTER_OTLP_*
+/// variables; None when no endpoint is set. `path` is the signal's path
+/// under a general HTTP endpoint.
+fn signal_from_vars(
+    get: &dyn Fn(&str) -> Option<String>,
+    sig: &str,
+    path: &str,
+) -> Result<Option<Signal>, BadSetting> {
+    let var = |name: &str| signal_var(get, sig, name);
+    let protocol = match var("PROTOCOL") {
+        None => Protocol::Grpc,
+        Some((_, v)) if v == "grpc" => Protocol::Grpc,
+        Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
+        Some((k, v)) => return Err(bad(&k, &v, "expected grpc or http/protobuf")),
+    };
+    let Some(endpoint) = signal_endpoint(get, sig, path, protocol)? else {
+        return Ok(None);
+    };
+    let headers = match var("HEADERS") {
+        None => Vec::new(),
+        Some((k, v)) => parse_headers(&k, &v)?,
+    };
+    let timeout = match var("TIMEOUT") {
+        None => Duration::from_secs(10),
+        Some((k, v)) => Duration::from_millis(
+            v.trim()
+                .parse()
+                .map_err(|_| bad(&k, &v, "expected milliseconds"))?,
+        ),
+    };
+    let gzip = match var("COMPRESSION") {
+        None => false,
+        Some((_, v)) if v == "gzip" => true,
+        Some((_, v)) if v == "none" => false,
+        Some((k, v)) => return Err(bad(&k, &v, "expected gzip or none")),
+    };
+    let ca_file = match var("CERTIFICATE") {
+        None => None,
+        Some((k, v)) => {
+            let p = std::path::PathBuf::from(v.trim());
+            if !p.is_file() {
+                return Err(bad(&k, &v, "no such file"));
+            }
+            Some(p)
+        }
+    };
+    Ok(Some(Signal {
+        endpoint,
+        protocol,
+        headers,
+        timeout,
+        gzip,
+        ca_file,
+    }))
+}
+
+/// OTEL_EXPORTER_OTLP_{sig}_{name}, else OTEL_EXPORTER_OTLP_{name}, with
+/// the key it came from; a blank value counts as unset.
+fn signal_var(
+    get: &dyn Fn(&str) -> Option<String>,
+    sig: &str,
+    name: &str,
+) -> Option<(String, String)> {
+    let specific = format!("OTEL_EXPORTER_OTLP_{sig}_{name}");
+    let general = format!("OTEL_EXPORTER_OTLP_{name}");
+    get(&specific)
+        .map(|v| (specific, v))
+        .or_else(|| get(&general).map(|v| (general, v)))
+        .filter(|(_, v)| !v.trim().is_empty())
+}
+
+/// The signal's endpoint: its own variable as it is, or the general one
+/// (with `path` appended for HTTP); None when neither is set.
+fn signal_endpoint(
+    get: &dyn Fn(&str) -> Option<String>,
+    sig: &str,
+    path: &str,
+    protocol: Protocol,
+) -> Result<Option<String>, BadSetting> {
+    let specific_key = format!("OTEL_EXPORTER_OTLP_{sig}_ENDPOINT");
+    match (get(&specific_key), get("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+        (Some(e), _) if !e.trim().is_empty() => {
+            check_url(&specific_key, &e)?;
+            Ok(Some(e))
+        }
+        (_, Some(e)) if !e.trim().is_empty() => {
+            check_url("OTEL_EXPORTER_OTLP_ENDPOINT", &e)?;
+            Ok(Some(match protocol {
+                Protocol::Grpc => e,
+                Protocol::HttpProtobuf => format!("{}/{path}", e.trim_end_matches('/')),
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// OTEL_EXPORTER_OTLP_*HEADERS: `key=value` pairs separated by commas (keys
+/// lowercased).
+fn parse_headers(key: &str, value: &str) -> Result<Vec<(String, String)>, BadSetting> {
+    value
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.split_once('=')
+                .map(|(a, b)| (a.trim().to_lowercase(), b.trim().to_owned()))
+                .filter(|(a, _)| !a.is_empty())
+                .ok_or_else(|| bad(key, value, "expected key=value pairs separated by commas"))
+        })
+        .collect()
 }
 
 /// Which service a request goes to.

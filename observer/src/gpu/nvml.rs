@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use nvml_wrapper::{
     enum_wrappers::device::{Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor},
     enums::device::UsedGpuMemory,
-    Nvml,
+    Device, Nvml,
 };
 use serde::Serialize;
 
@@ -99,26 +99,7 @@ impl Gpus {
     }
 
     fn device(&mut self, index: u32, unix_ns: u64) -> DeviceSample {
-        let mut s = DeviceSample {
-            index,
-            uuid: None,
-            name: None,
-            utilization_gpu_pct: None,
-            utilization_memory_pct: None,
-            memory_used_bytes: None,
-            memory_total_bytes: None,
-            temperature_c: None,
-            power_w: None,
-            sm_clock_mhz: None,
-            throttle_reasons: None,
-            ecc_errors_corrected: None,
-            ecc_errors_uncorrected: None,
-            pcie_tx_kib_s: None,
-            pcie_rx_kib_s: None,
-            processes: Vec::new(),
-            error: None,
-            unix_ns,
-        };
+        let mut s = blank_sample(index, unix_ns);
         let d = match self.nvml.device_by_index(index) {
             Ok(d) => d,
             Err(e) => {
@@ -126,61 +107,96 @@ impl Gpus {
                 return s;
             }
         };
-        s.uuid = d.uuid().ok();
-        s.name = d.name().ok();
-        if let Ok(u) = d.utilization_rates() {
-            s.utilization_gpu_pct = Some(u.gpu);
-            s.utilization_memory_pct = Some(u.memory);
-        }
-        if let Ok(m) = d.memory_info() {
-            s.memory_used_bytes = Some(m.used);
-            s.memory_total_bytes = Some(m.total);
-        }
-        s.temperature_c = d.temperature(TemperatureSensor::Gpu).ok();
-        s.power_w = d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0);
-        s.sm_clock_mhz = d.clock_info(Clock::SM).ok();
-        s.throttle_reasons = d.current_throttle_reasons().ok().map(|r| r.bits());
-        s.ecc_errors_corrected = d
-            .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
-            .ok();
-        s.ecc_errors_uncorrected = d
-            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-            .ok();
-        s.pcie_tx_kib_s = d.pcie_throughput(PcieUtilCounter::Send).ok();
-        s.pcie_rx_kib_s = d.pcie_throughput(PcieUtilCounter::Receive).ok();
-        let mut procs: Vec<GpuProcess> = d
-            .running_compute_processes()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| GpuProcess {
-                pid: p.pid,
-                used_memory_bytes: match p.used_gpu_memory {
-                    UsedGpuMemory::Used(b) => Some(b),
-                    UsedGpuMemory::Unavailable => None,
-                },
-                sm_util_pct: None,
-                mem_util_pct: None,
-            })
-            .collect();
-        // "No new samples" is not an error: the processes keep a null.
-        let last = self.last_seen.get(index as usize).copied().unwrap_or(0);
-        if let Ok(samples) = d.process_utilization_stats(last) {
-            let mut newest = last;
-            for u in samples {
-                newest = newest.max(u.timestamp);
-                if let Some(p) = procs.iter_mut().find(|p| p.pid == u.pid) {
-                    p.sm_util_pct = Some(u.sm_util);
-                    p.mem_util_pct = Some(u.mem_util);
-                }
-            }
-            if let Some(slot) = self.last_seen.get_mut(index as usize) {
-                *slot = newest;
-            }
-        }
-        procs.sort_by_key(|p| p.pid);
-        s.processes = procs;
+        read_fields(&mut s, &d);
+        s.processes = processes(&d, &mut self.last_seen, index);
         s
     }
+}
+
+/// A sample of `index` with every field still unread (null).
+fn blank_sample(index: u32, unix_ns: u64) -> DeviceSample {
+    DeviceSample {
+        index,
+        uuid: None,
+        name: None,
+        utilization_gpu_pct: None,
+        utilization_memory_pct: None,
+        memory_used_bytes: None,
+        memory_total_bytes: None,
+        temperature_c: None,
+        power_w: None,
+        sm_clock_mhz: None,
+        throttle_reasons: None,
+        ecc_errors_corrected: None,
+        ecc_errors_uncorrected: None,
+        pcie_tx_kib_s: None,
+        pcie_rx_kib_s: None,
+        processes: Vec::new(),
+        error: None,
+        unix_ns,
+    }
+}
+
+/// The device's own fields, each on its own: one that errors stays null.
+fn read_fields(s: &mut DeviceSample, d: &Device) {
+    s.uuid = d.uuid().ok();
+    s.name = d.name().ok();
+    if let Ok(u) = d.utilization_rates() {
+        s.utilization_gpu_pct = Some(u.gpu);
+        s.utilization_memory_pct = Some(u.memory);
+    }
+    if let Ok(m) = d.memory_info() {
+        s.memory_used_bytes = Some(m.used);
+        s.memory_total_bytes = Some(m.total);
+    }
+    s.temperature_c = d.temperature(TemperatureSensor::Gpu).ok();
+    s.power_w = d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0);
+    s.sm_clock_mhz = d.clock_info(Clock::SM).ok();
+    s.throttle_reasons = d.current_throttle_reasons().ok().map(|r| r.bits());
+    s.ecc_errors_corrected = d
+        .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+        .ok();
+    s.ecc_errors_uncorrected = d
+        .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+        .ok();
+    s.pcie_tx_kib_s = d.pcie_throughput(PcieUtilCounter::Send).ok();
+    s.pcie_rx_kib_s = d.pcie_throughput(PcieUtilCounter::Receive).ok();
+}
+
+/// The processes on the device, by pid, with their utilization from the
+/// samples newer than `last_seen[index]` (which moves on to the newest).
+fn processes(d: &Device, last_seen: &mut [u64], index: u32) -> Vec<GpuProcess> {
+    let mut procs: Vec<GpuProcess> = d
+        .running_compute_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| GpuProcess {
+            pid: p.pid,
+            used_memory_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            },
+            sm_util_pct: None,
+            mem_util_pct: None,
+        })
+        .collect();
+    // "No new samples" is not an error: the processes keep a null.
+    let last = last_seen.get(index as usize).copied().unwrap_or(0);
+    if let Ok(samples) = d.process_utilization_stats(last) {
+        let mut newest = last;
+        for u in samples {
+            newest = newest.max(u.timestamp);
+            if let Some(p) = procs.iter_mut().find(|p| p.pid == u.pid) {
+                p.sm_util_pct = Some(u.sm_util);
+                p.mem_util_pct = Some(u.mem_util);
+            }
+        }
+        if let Some(slot) = last_seen.get_mut(index as usize) {
+            *slot = newest;
+        }
+    }
+    procs.sort_by_key(|p| p.pid);
+    procs
 }
 
 /// `observer gpu` for people.

@@ -533,41 +533,11 @@ impl H2 {
         let frame_bytes = (f.len + 9) as u64;
         match f.kind {
             GOAWAY => {
-                self.goaways += 1;
-                let last = f.kept.get(..4).map_or(u32::MAX, |b| {
-                    u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff
-                });
-                if !request_dir {
-                    self.server_goaway = Some(last);
-                }
-                // Streams above the last one the sender processed never will
-                // be: they end here. A server's GOAWAY names client streams,
-                // whose ids are odd.
-                let gone: Vec<u32> = self
-                    .streams
-                    .range(last.saturating_add(1)..)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for id in gone {
-                    if let Some(mut x) = self.streams.remove(&id) {
-                        x.error = Some("goaway");
-                        x.last_ns = x.last_ns.max(end_t);
-                        done.push(x);
-                    }
-                }
+                self.goaway(request_dir, end_t, &f, done);
                 return;
             }
             RST_STREAM => {
-                self.resets += 1;
-                if let Some(mut x) = self.streams.remove(&f.stream) {
-                    x.error = Some("reset_stream");
-                    x.reset_code = f
-                        .kept
-                        .get(..4)
-                        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-                    x.last_ns = x.last_ns.max(end_t);
-                    done.push(x);
-                }
+                self.reset_stream(end_t, &f, done);
                 return;
             }
             DATA | HEADERS => {}
@@ -577,42 +547,7 @@ impl H2 {
             return;
         }
         if request_dir && f.kind == HEADERS && !self.streams.contains_key(&f.stream) {
-            self.requests += 1;
-            let head = f.fields.as_ref().map(|fields| request_head(fields));
-            let (api, call) = head
-                .as_ref()
-                .and_then(|h| h.path.as_deref())
-                .and_then(gen_ai::call_for)
-                .map_or((None, None), |(kind, mut call)| {
-                    call.start_request(false);
-                    (Some(kind), Some(Box::new(call)))
-                });
-            let rpc = head
-                .as_ref()
-                .filter(|h| grpc::is_grpc(h.content_type.as_deref()))
-                .map(|h| Box::new(Rpc::new(h.path.as_deref())));
-            let mut x = Exchange {
-                index: self.from_start.then_some(self.requests),
-                stream_id: Some(f.stream),
-                headers_undecodable: f.fields.is_none() || f.partial,
-                request: head,
-                start_ns: t,
-                last_ns: end_t,
-                request_bytes: frame_bytes,
-                api,
-                call,
-                rpc,
-                ..Exchange::default()
-            };
-            self.last_request_stream = self.last_request_stream.max(f.stream);
-            if self.server_goaway.is_some_and(|last| f.stream > last) {
-                // Begun after the server's GOAWAY: it will never be answered.
-                x.error = Some("goaway");
-                done.push(x);
-            } else {
-                self.streams.insert(f.stream, x);
-                self.apply_early(f.stream, done);
-            }
+            self.begin_stream(t, end_t, &f, frame_bytes, done);
             return;
         }
         // On a connection first seen mid-way, answers before its first
@@ -627,79 +562,189 @@ impl H2 {
             return;
         };
         if request_dir {
-            x.request_bytes += frame_bytes;
-            if let (DATA, Some(c)) = (f.kind, &mut x.call) {
-                feed_pieces(&f.pieces, |b, gap| c.request_bytes(b, gap));
-            }
-            if let (DATA, Some(rpc)) = (f.kind, &mut x.rpc) {
-                rpc.messages[0].feed(&f.pieces);
-            }
+            Self::request_frame(x, &f, frame_bytes);
             return;
         }
         x.response_bytes += frame_bytes;
         x.last_ns = end_t;
         if f.kind == HEADERS {
-            if f.fields.is_none() || f.partial {
-                x.headers_undecodable = true;
-            }
-            if let (Some(rpc), Some(fields)) = (&mut x.rpc, &f.fields) {
-                rpc.answer_fields(
-                    field(fields, b"grpc-status"),
-                    field(fields, b"grpc-message"),
-                );
-            }
-            if x.response.is_none() {
-                let h = f.fields.as_ref().map(|fields| response_head(fields));
-                let interim = h
-                    .as_ref()
-                    .and_then(|h| h.status)
-                    .is_some_and(|s| (100..200).contains(&s));
-                if !interim {
-                    x.first_byte_ns = t;
-                    let sse = h.as_ref().and_then(|h| h.content_type.as_deref())
-                        == Some("text/event-stream");
-                    if sse {
-                        x.stream = Some(Stream {
-                            events: Some(0),
-                            ..Stream::default()
-                        });
-                    }
-                    if let Some(c) = &mut x.call {
-                        c.start_response(sse, false);
-                    }
-                    x.response = h.or(Some(Head::empty(None)));
-                }
-            }
+            Self::response_headers(x, &f, t);
         } else {
-            if x.response.is_none() {
-                // Its head was among bytes not seen: an answer, with no
-                // first byte or fields to give.
-                x.headers_undecodable = true;
-                x.response = Some(Head::empty(None));
-                if let Some(c) = &mut x.call {
-                    // Read as JSON documents, from where it can be.
-                    c.start_response(false, false);
-                    c.response_bytes(&[], true, t);
-                }
-            }
-            let body = &f.kept;
-            if let Some(s) = &mut x.stream {
-                s.read(body, f.whole && f.len <= DATA_KEEP, t);
-                s.mark_end(body);
-            }
-            if let Some(c) = &mut x.call {
-                feed_pieces(&f.pieces, |b, gap| c.response_bytes(b, gap, t));
-            }
-            if let Some(rpc) = &mut x.rpc {
-                if rpc.messages[1].feed(&f.pieces) && rpc.first_message_ns == 0 {
-                    rpc.first_message_ns = t;
-                }
-            }
+            Self::response_data(x, &f, t);
         }
         if f.flags & END_STREAM != 0 && x.response.is_some() {
             x.complete = true;
             if let Some(x) = self.streams.remove(&f.stream) {
                 done.push(x);
+            }
+        }
+    }
+
+    /// GOAWAY: the streams above the last one the sender processed end.
+    fn goaway(&mut self, request_dir: bool, end_t: u64, f: &Frame, done: &mut Vec<Exchange>) {
+        self.goaways += 1;
+        let last = f.kept.get(..4).map_or(u32::MAX, |b| {
+            u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff
+        });
+        if !request_dir {
+            self.server_goaway = Some(last);
+        }
+        // Streams above the last one the sender processed never will
+        // be: they end here. A server's GOAWAY names client streams,
+        // whose ids are odd.
+        let gone: Vec<u32> = self
+            .streams
+            .range(last.saturating_add(1)..)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in gone {
+            if let Some(mut x) = self.streams.remove(&id) {
+                x.error = Some("goaway");
+                x.last_ns = x.last_ns.max(end_t);
+                done.push(x);
+            }
+        }
+    }
+
+    /// RST_STREAM: the stream ends with the error code it names.
+    #[inline]
+    fn reset_stream(&mut self, end_t: u64, f: &Frame, done: &mut Vec<Exchange>) {
+        self.resets += 1;
+        if let Some(mut x) = self.streams.remove(&f.stream) {
+            x.error = Some("reset_stream");
+            x.reset_code = f
+                .kept
+                .get(..4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            x.last_ns = x.last_ns.max(end_t);
+            done.push(x);
+        }
+    }
+
+    /// A request's HEADERS on a new stream: the exchange begins (or ends at
+    /// once when begun after the server's GOAWAY).
+    fn begin_stream(
+        &mut self,
+        t: u64,
+        end_t: u64,
+        f: &Frame,
+        frame_bytes: u64,
+        done: &mut Vec<Exchange>,
+    ) {
+        self.requests += 1;
+        let head = f.fields.as_ref().map(|fields| request_head(fields));
+        let (api, call) = head
+            .as_ref()
+            .and_then(|h| h.path.as_deref())
+            .and_then(gen_ai::call_for)
+            .map_or((None, None), |(kind, mut call)| {
+                call.start_request(false);
+                (Some(kind), Some(Box::new(call)))
+            });
+        let rpc = head
+            .as_ref()
+            .filter(|h| grpc::is_grpc(h.content_type.as_deref()))
+            .map(|h| Box::new(Rpc::new(h.path.as_deref())));
+        let mut x = Exchange {
+            index: self.from_start.then_some(self.requests),
+            stream_id: Some(f.stream),
+            headers_undecodable: f.fields.is_none() || f.partial,
+            request: head,
+            start_ns: t,
+            last_ns: end_t,
+            request_bytes: frame_bytes,
+            api,
+            call,
+            rpc,
+            ..Exchange::default()
+        };
+        self.last_request_stream = self.last_request_stream.max(f.stream);
+        if self.server_goaway.is_some_and(|last| f.stream > last) {
+            // Begun after the server's GOAWAY: it will never be answered.
+            x.error = Some("goaway");
+            done.push(x);
+        } else {
+            self.streams.insert(f.stream, x);
+            self.apply_early(f.stream, done);
+        }
+    }
+
+    /// A later request frame of an open stream: its bytes, and its body to
+    /// the API call and the gRPC request message.
+    #[inline]
+    fn request_frame(x: &mut Exchange, f: &Frame, frame_bytes: u64) {
+        x.request_bytes += frame_bytes;
+        if let (DATA, Some(c)) = (f.kind, &mut x.call) {
+            feed_pieces(&f.pieces, |b, gap| c.request_bytes(b, gap));
+        }
+        if let (DATA, Some(rpc)) = (f.kind, &mut x.rpc) {
+            rpc.messages[0].feed(&f.pieces);
+        }
+    }
+
+    /// The answer's HEADERS: gRPC status, and the response head unless it
+    /// is an interim (1xx) one.
+    #[inline]
+    fn response_headers(x: &mut Exchange, f: &Frame, t: u64) {
+        if f.fields.is_none() || f.partial {
+            x.headers_undecodable = true;
+        }
+        if let (Some(rpc), Some(fields)) = (&mut x.rpc, &f.fields) {
+            rpc.answer_fields(
+                field(fields, b"grpc-status"),
+                field(fields, b"grpc-message"),
+            );
+        }
+        if x.response.is_none() {
+            let h = f.fields.as_ref().map(|fields| response_head(fields));
+            let interim = h
+                .as_ref()
+                .and_then(|h| h.status)
+                .is_some_and(|s| (100..200).contains(&s));
+            if !interim {
+                x.first_byte_ns = t;
+                let sse =
+                    h.as_ref().and_then(|h| h.content_type.as_deref()) == Some("text/event-stream");
+                if sse {
+                    x.stream = Some(Stream {
+                        events: Some(0),
+                        ..Stream::default()
+                    });
+                }
+                if let Some(c) = &mut x.call {
+                    c.start_response(sse, false);
+                }
+                x.response = h.or(Some(Head::empty(None)));
+            }
+        }
+    }
+
+    /// The answer's DATA: to the event stream, the API call and the gRPC
+    /// response message.
+    #[inline]
+    fn response_data(x: &mut Exchange, f: &Frame, t: u64) {
+        if x.response.is_none() {
+            // Its head was among bytes not seen: an answer, with no
+            // first byte or fields to give.
+            x.headers_undecodable = true;
+            x.response = Some(Head::empty(None));
+            if let Some(c) = &mut x.call {
+                // Read as JSON documents, from where it can be.
+                c.start_response(false, false);
+                c.response_bytes(&[], true, t);
+            }
+        }
+        let body = &f.kept;
+        if let Some(s) = &mut x.stream {
+            s.read(body, f.whole && f.len <= DATA_KEEP, t);
+            s.mark_end(body);
+        }
+        if let Some(c) = &mut x.call {
+            feed_pieces(&f.pieces, |b, gap| c.response_bytes(b, gap, t));
+        }
+        if let Some(rpc) = &mut x.rpc {
+            if rpc.messages[1].feed(&f.pieces) && rpc.first_message_ns == 0 {
+                rpc.first_message_ns = t;
             }
         }
     }

@@ -176,15 +176,7 @@ impl Tokenizer {
     fn byte(&mut self, b: u8, v: &mut impl Visit) {
         match self.state {
             State::Value | State::ArrayStart => self.value_start(b, v),
-            State::ObjectStart | State::Key => match b {
-                b'"' => {
-                    self.push_segment_start();
-                    self.state = State::InKey;
-                }
-                b'}' if self.state == State::ObjectStart => self.close(false, v),
-                _ if is_space(b) => {}
-                _ => self.state = State::Broken,
-            },
+            State::ObjectStart | State::Key => self.key_start(b, v),
             State::InKey => match b {
                 b'"' => self.state = State::Colon,
                 b'\\' => self.state = State::InKeyEscape,
@@ -201,90 +193,130 @@ impl Tokenizer {
                 _ if is_space(b) => {}
                 _ => self.state = State::Broken,
             },
-            State::InString => match b {
-                b'"' => {
-                    self.flush_surrogate();
-                    let len = self.str_len;
-                    let text = String::from_utf8_lossy(&self.text[..self.text_len]);
-                    self.report(v, Scalar::Str { text: &text, len });
-                    self.value_done(v);
-                }
-                b'\\' => self.state = State::InEscape,
-                _ => {
-                    self.flush_surrogate();
-                    self.text_byte(b);
-                }
-            },
-            State::InEscape => {
-                let c = match b {
-                    b'n' => b'\n',
-                    b't' => b'\t',
-                    b'r' => b'\r',
-                    b'b' => 8,
-                    b'f' => 12,
-                    b'"' | b'\\' | b'/' => b,
-                    b'u' => {
-                        self.unicode = 0;
-                        self.state = State::InUnicode(0);
-                        return;
-                    }
-                    _ => {
-                        self.state = State::Broken;
-                        return;
-                    }
-                };
-                self.flush_surrogate();
-                self.text_byte(c);
-                self.state = State::InString;
-            }
-            State::InUnicode(n) => {
-                let Some(d) = (b as char).to_digit(16) else {
-                    self.state = State::Broken;
-                    return;
-                };
-                self.unicode = self.unicode << 4 | d;
-                if n < 3 {
-                    self.state = State::InUnicode(n + 1);
-                } else {
-                    self.code_point(self.unicode);
-                    self.state = State::InString;
-                }
-            }
-            State::InNumber => match b {
-                b'0'..=b'9' => {
-                    self.number_digits += 1;
-                    self.number = self
-                        .number
-                        .and_then(|n| n.checked_mul(10)?.checked_add(u64::from(b - b'0')));
-                }
-                b'.' | b'e' | b'E' | b'+' | b'-' => self.number = None,
-                _ => {
-                    self.end_number(v);
-                    self.value_done(v);
-                    self.byte(b, v);
-                }
-            },
-            State::InLiteral(which, at) => {
-                let lit = LITERALS[usize::from(which)];
-                if lit.get(usize::from(at)) != Some(&b) {
-                    self.state = State::Broken;
-                    return;
-                }
-                if usize::from(at) + 1 < lit.len() {
-                    self.state = State::InLiteral(which, at + 1);
-                    return;
-                }
-                let s = match which {
-                    0 => Scalar::Bool(true),
-                    1 => Scalar::Bool(false),
-                    _ => Scalar::Null,
-                };
-                self.report(v, s);
-                self.value_done(v);
-            }
+            State::InString => self.string_byte(b, v),
+            State::InEscape => self.escape_byte(b),
+            State::InUnicode(n) => self.unicode_byte(n, b),
+            State::InNumber => self.number_byte(b, v),
+            State::InLiteral(which, at) => self.literal_byte(which, at, b, v),
             State::AfterValue => self.after_value(b, v),
             State::Broken => {}
         }
+    }
+
+    /// After `{` or an object's `,`: a key's opening quote (or `}` right
+    /// after `{`).
+    #[inline]
+    fn key_start(&mut self, b: u8, v: &mut impl Visit) {
+        match b {
+            b'"' => {
+                self.push_segment_start();
+                self.state = State::InKey;
+            }
+            b'}' if self.state == State::ObjectStart => self.close(false, v),
+            _ if is_space(b) => {}
+            _ => self.state = State::Broken,
+        }
+    }
+
+    /// Inside a string value: its end, an escape, or a byte of its text.
+    #[inline]
+    fn string_byte(&mut self, b: u8, v: &mut impl Visit) {
+        match b {
+            b'"' => {
+                self.flush_surrogate();
+                let len = self.str_len;
+                let text = String::from_utf8_lossy(&self.text[..self.text_len]);
+                self.report(v, Scalar::Str { text: &text, len });
+                self.value_done(v);
+            }
+            b'\\' => self.state = State::InEscape,
+            _ => {
+                self.flush_surrogate();
+                self.text_byte(b);
+            }
+        }
+    }
+
+    /// The byte after `\` in a string value.
+    #[inline]
+    fn escape_byte(&mut self, b: u8) {
+        let c = match b {
+            b'n' => b'\n',
+            b't' => b'\t',
+            b'r' => b'\r',
+            b'b' => 8,
+            b'f' => 12,
+            b'"' | b'\\' | b'/' => b,
+            b'u' => {
+                self.unicode = 0;
+                self.state = State::InUnicode(0);
+                return;
+            }
+            _ => {
+                self.state = State::Broken;
+                return;
+            }
+        };
+        self.flush_surrogate();
+        self.text_byte(c);
+        self.state = State::InString;
+    }
+
+    /// One of the four hex digits of `\u`; `n` read before it.
+    #[inline]
+    fn unicode_byte(&mut self, n: u8, b: u8) {
+        let Some(d) = (b as char).to_digit(16) else {
+            self.state = State::Broken;
+            return;
+        };
+        self.unicode = self.unicode << 4 | d;
+        if n < 3 {
+            self.state = State::InUnicode(n + 1);
+        } else {
+            self.code_point(self.unicode);
+            self.state = State::InString;
+        }
+    }
+
+    /// Inside a number: a digit, a sign, fraction or exponent (the number is
+    /// then not an integer), or the byte after its end.
+    #[inline]
+    fn number_byte(&mut self, b: u8, v: &mut impl Visit) {
+        match b {
+            b'0'..=b'9' => {
+                self.number_digits += 1;
+                self.number = self
+                    .number
+                    .and_then(|n| n.checked_mul(10)?.checked_add(u64::from(b - b'0')));
+            }
+            b'.' | b'e' | b'E' | b'+' | b'-' => self.number = None,
+            _ => {
+                self.end_number(v);
+                self.value_done(v);
+                self.byte(b, v);
+            }
+        }
+    }
+
+    /// The next byte of `true`, `false` or `null` (`which`), `at` read.
+    #[inline]
+    fn literal_byte(&mut self, which: u8, at: u8, b: u8, v: &mut impl Visit) {
+        let lit = LITERALS[usize::from(which)];
+        if lit.get(usize::from(at)) != Some(&b) {
+            self.state = State::Broken;
+            return;
+        }
+        if usize::from(at) + 1 < lit.len() {
+            self.state = State::InLiteral(which, at + 1);
+            return;
+        }
+        let s = match which {
+            0 => Scalar::Bool(true),
+            1 => Scalar::Bool(false),
+            _ => Scalar::Null,
+        };
+        self.report(v, s);
+        self.value_done(v);
     }
 
     fn value_start(&mut self, b: u8, v: &mut impl Visit) {

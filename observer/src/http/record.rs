@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::{
     exchange::{Cut, Exchange},
     gen_ai::Call,
+    head::Head,
     trace_context::{Hex, SpanId, SpanIds, TraceId, TraceParent},
 };
 use crate::{
@@ -235,6 +236,80 @@ fn gen_ai(x: &Exchange, c: &Call, provider: &'static str, operation: &'static st
     }
 }
 
+/// The exchange's error: its own, else what the cut left it (no answer,
+/// or an answer cut short).
+fn exchange_error(
+    x: &Exchange,
+    cut: Option<Cut>,
+    resp: Option<&Head>,
+    conn: &ConnRecord,
+    clock: &Clock,
+) -> Option<&'static str> {
+    // Sent after the peer's FIN: to a connection it had already closed.
+    let sent_after_close = conn
+        .peer_fin_unix_ns
+        .is_some_and(|fin| clock.to_unix_ns(x.start_ns) >= fin);
+    match (cut, resp) {
+        _ if x.error.is_some() => x.error,
+        (None, _) => None,
+        (Some(_), None) if sent_after_close => Some("peer_closed"),
+        (Some(_), None) => Some("no response"),
+        (Some(_), Some(_)) if conn.resets > 0 => Some("reset"),
+        (Some(_), Some(_)) => Some("incomplete"),
+    }
+}
+
+/// The request head's method, path (with its query when kept), host and
+/// trace context.
+fn request_fields(
+    req: Option<Head>,
+    keep_query: bool,
+) -> (Option<String>, Option<String>, Option<String>, Trace) {
+    let Some(mut h) = req else {
+        return (None, None, None, Trace::default());
+    };
+    let path = h.path.take().map(|p| match (&h.query, keep_query) {
+        (Some(q), true) => format!("{p}?{q}"),
+        _ => p,
+    });
+    let trace = Trace {
+        trace_state: h.tracestate,
+        incoming: h.traceparent,
+        ..Trace::default()
+    };
+    (h.method, path, h.host, trace)
+}
+
+fn protocol(x: &Exchange) -> &'static str {
+    if x.stream_id.is_some() {
+        "h2"
+    } else {
+        "http/1.1"
+    }
+}
+
+fn stream_stats(x: &Exchange) -> Option<StreamStats> {
+    x.stream.as_ref().map(|s| StreamStats {
+        events: s.events,
+        first_event_ns: after(x.start_ns, s.first_ns),
+        mean_gap_ns: (s.gaps > 0).then(|| s.gap_sum_ns / u64::from(s.gaps)),
+        max_gap_ns: (s.gaps > 0).then_some(s.gap_max_ns),
+    })
+}
+
+fn rpc_record(x: &Exchange) -> Option<RpcRecord> {
+    x.rpc.as_deref().map(|c| RpcRecord {
+        system: "grpc",
+        service: c.service.clone(),
+        method: c.method.clone(),
+        grpc_status: c.status,
+        grpc_message: c.message.clone(),
+        request_messages: c.messages[0].count(),
+        response_messages: c.messages[1].count(),
+        time_to_first_message_ns: after(x.start_ns, c.first_message_ns),
+    })
+}
+
 impl RequestRecord {
     /// `conn`: the connection's record as it stood (owner and addresses).
     /// Takes the exchange: its heads' text moves into the record.
@@ -265,68 +340,15 @@ impl RequestRecord {
         clock: &Clock,
         keep_query: bool,
     ) -> Self {
-        let mut req = x.request.take();
         let resp = x.response.take();
         let end_ns = x.last_ns.max(x.start_ns);
-        // Sent after the peer's FIN: to a connection it had already closed.
-        let sent_after_close = conn
-            .peer_fin_unix_ns
-            .is_some_and(|fin| clock.to_unix_ns(x.start_ns) >= fin);
-        let error = match (cut, resp.as_ref()) {
-            _ if x.error.is_some() => x.error,
-            (None, _) => None,
-            (Some(_), None) if sent_after_close => Some("peer_closed"),
-            (Some(_), None) => Some("no response"),
-            (Some(_), Some(_)) if conn.resets > 0 => Some("reset"),
-            (Some(_), Some(_)) => Some("incomplete"),
-        };
-        let stream = x.stream.as_ref().map(|s| StreamStats {
-            events: s.events,
-            first_event_ns: after(x.start_ns, s.first_ns),
-            mean_gap_ns: (s.gaps > 0).then(|| s.gap_sum_ns / u64::from(s.gaps)),
-            max_gap_ns: (s.gaps > 0).then_some(s.gap_max_ns),
-        });
-        let gen_ai = x
-            .api
-            .zip(x.call.as_deref())
-            .map(|((provider, operation), c)| gen_ai(&x, c, provider, operation));
-        let rpc = x.rpc.as_deref().map(|c| RpcRecord {
-            system: "grpc",
-            service: c.service.clone(),
-            method: c.method.clone(),
-            grpc_status: c.status,
-            grpc_message: c.message.clone(),
-            request_messages: c.messages[0].count(),
-            response_messages: c.messages[1].count(),
-            time_to_first_message_ns: after(x.start_ns, c.first_message_ns),
-        });
-        let path = req.as_mut().and_then(|h| {
-            let p = h.path.take()?;
-            Some(match (&h.query, keep_query) {
-                (Some(q), true) => format!("{p}?{q}"),
-                _ => p,
-            })
-        });
+        let error = exchange_error(&x, cut, resp.as_ref(), conn, clock);
         let streamed = x.stream.is_some()
             || resp
                 .as_ref()
                 .is_some_and(|h| h.framing == super::head::Framing::Chunked);
-        let (method, host, trace) = match req {
-            Some(h) => (
-                h.method,
-                h.host,
-                Trace {
-                    trace_state: h.tracestate,
-                    incoming: h.traceparent,
-                    ..Trace::default()
-                },
-            ),
-            None => (None, None, Trace::default()),
-        };
-        let (status, content_type) = match resp {
-            Some(h) => (h.status, h.content_type),
-            None => (None, None),
-        };
+        let (method, path, host, trace) = request_fields(x.request.take(), keep_query);
+        let (status, content_type) = resp.map_or((None, None), |h| (h.status, h.content_type));
         Self {
             kind: "request",
             pid: conn.pid,
@@ -339,11 +361,7 @@ impl RequestRecord {
             local_port: conn.local_port,
             remote_addr: conn.remote_addr,
             remote_port: conn.remote_port,
-            protocol: if x.stream_id.is_some() {
-                "h2"
-            } else {
-                "http/1.1"
-            },
+            protocol: protocol(&x),
             stream_id: x.stream_id,
             headers_undecodable: x.headers_undecodable,
             reset_code: x.reset_code,
@@ -360,9 +378,12 @@ impl RequestRecord {
             response_bytes: x.response_bytes,
             ttfb_ns: after(x.start_ns, x.first_byte_ns),
             streamed,
-            stream,
-            gen_ai,
-            rpc,
+            stream: stream_stats(&x),
+            gen_ai: x
+                .api
+                .zip(x.call.as_deref())
+                .map(|((p, o), c)| gen_ai(&x, c, p, o)),
+            rpc: rpc_record(&x),
             gpu: None,
             diagnosis: None,
             error,
