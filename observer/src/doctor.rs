@@ -10,6 +10,7 @@ use crate::{
     dns::DnsReport,
     ebpf::ProgramState,
     features::Features,
+    gpu::{nvml::NvmlUnavailable, Gpus},
     observer::{Observer, Options},
     privileges::{CapabilityReport, Privileges},
     programs::{self, Feature, Program},
@@ -17,26 +18,30 @@ use crate::{
     tracefs,
 };
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct GpuReport {
     pub nvml_lib: String,
     pub devices: Option<u32>,
     pub error: Option<String>,
 }
 
-fn gpu_report(lib: Option<&str>) -> GpuReport {
-    let nvml_lib = lib.unwrap_or(crate::gpu::nvml::DEFAULT_LIB).to_owned();
-    match crate::gpu::Gpus::open(lib) {
-        Ok(g) => GpuReport {
-            nvml_lib,
-            devices: Some(g.device_count()),
-            error: None,
-        },
-        Err(e) => GpuReport {
-            nvml_lib,
-            devices: None,
-            error: Some(e.err),
-        },
+impl GpuReport {
+    /// What opening NVML from `lib` gave (the observer's own try, so NVML is
+    /// opened once).
+    fn of(lib: Option<&str>, gpus: &Result<Gpus, NvmlUnavailable>) -> Self {
+        let nvml_lib = lib.unwrap_or(crate::gpu::nvml::DEFAULT_LIB).to_owned();
+        match gpus {
+            Ok(g) => GpuReport {
+                nvml_lib,
+                devices: Some(g.device_count()),
+                error: None,
+            },
+            Err(e) => GpuReport {
+                nvml_lib,
+                devices: None,
+                error: Some(e.err.clone()),
+            },
+        }
     }
 }
 
@@ -192,7 +197,8 @@ fn untried(reason: &str) -> Vec<(&'static Program, ProgramState)> {
 /// and drops it (which detaches everything).
 pub fn run(options: Options) -> Report {
     let p = Privileges::current();
-    let gpu = gpu_report(options.nvml_lib.as_deref());
+    let nvml_lib = options.nvml_lib.clone();
+    let lib = nvml_lib.as_deref();
     let mut report = Report {
         kernel: kernel_release(),
         btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
@@ -211,7 +217,7 @@ pub fn run(options: Options) -> Report {
         programs: Vec::new(),
         features: Features::default(),
         tls: None,
-        gpu,
+        gpu: GpuReport::default(),
         dns: None,
         other_observers: crate::others::find(),
         ok: false,
@@ -224,6 +230,8 @@ pub fn run(options: Options) -> Report {
             (report.probes, report.programs) = rows(&untried(&format!("not tried: {why}")));
             report.refusal = Some(why.clone());
             report.load_error = Some(why);
+            // The observer did not get as far as NVML: tried here.
+            report.gpu = GpuReport::of(lib, &Gpus::open(lib));
         }
         Ok(obs) => {
             report.tracefs = Some(obs.tracefs.display().to_string());
@@ -231,6 +239,7 @@ pub fn run(options: Options) -> Report {
             report.offsets = obs.offsets.clone().ok();
             report.offsets_error = obs.offsets.clone().err();
             report.emit_at_destroy = obs.emit_at_destroy;
+            report.gpu = GpuReport::of(lib, &obs.gpus);
             (report.probes, report.programs) = rows(&obs.probes.states());
             report.features = obs.features();
             report.tls = Some(obs.tls.report.clone());

@@ -1,7 +1,8 @@
 //! `cargo xtask imports`: the structure drawing of observer/src from its
 //! imports, per file and per top-level module, in layers (each module sits
-//! above everything it imports), and the import circles, if any (it then
-//! fails). The test below keeps observer/src free of circles.
+//! above everything it imports), and the import circles and functions over
+//! the length limit, if any (it then fails). The tests keep observer/src
+//! free of both.
 //!
 //! An import is a `use` or a `crate::`/`super::` path outside `#[cfg(test)]`
 //! code. A path through a `pub use` re-export counts as an import of the file
@@ -52,21 +53,32 @@ pub fn run(dot: bool, edges: bool) -> Result<()> {
     for (i, layer) in top.layers().iter().enumerate().rev() {
         println!(
             "  {i:>2}: {}",
-            layer.iter().map(|m| name(m)).collect::<Vec<_>>().join(" ")
+            layer.iter().map(name).collect::<Vec<_>>().join(" ")
         );
     }
     let circles: Vec<_> = graph.circles().into_iter().chain(top.circles()).collect();
-    if circles.is_empty() {
-        println!("no import circles");
-        return Ok(());
-    }
     for c in &circles {
         println!(
             "circle: {}",
-            c.iter().map(|m| name(m)).collect::<Vec<_>>().join(" ")
+            c.iter().map(name).collect::<Vec<_>>().join(" ")
         );
     }
-    bail!("{} import circles", circles.len())
+    let long = crate::long_fns::over(&src, crate::long_fns::MAX_LINES)?;
+    for l in &long {
+        println!("{} lines: {} in {}", l.lines, l.name, l.file);
+    }
+    if circles.is_empty() && long.is_empty() {
+        println!(
+            "no import circles; no function over {} lines",
+            crate::long_fns::MAX_LINES
+        );
+        return Ok(());
+    }
+    bail!(
+        "{} import circles, {} functions too long",
+        circles.len(),
+        long.len()
+    )
 }
 
 /// `a::b`, or `crate` for the root.
@@ -196,7 +208,7 @@ impl Graph {
     }
 }
 
-fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
         let path = entry?.path();
@@ -225,7 +237,7 @@ fn module_of(src: &Path, path: &Path) -> Module {
     parts
 }
 
-fn is_test_only(attrs: &[syn::Attribute]) -> bool {
+pub fn is_test_only(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("cfg")
             && a.parse_args::<syn::Meta>()
@@ -439,6 +451,8 @@ impl Tarjan<'_> {
 
 #[cfg(test)]
 mod tests {
+    #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
+
     use super::*;
 
     fn tree(files: &[(&str, &str)]) -> PathBuf {

@@ -176,72 +176,7 @@ pub fn conn_spans(r: &ConnRecord, ids: &mut Ids, out: &mut impl SpanOut) {
             start_time_unix_nano: start,
             end_time_unix_nano: end.max(start),
         });
-        b.attr("network.peer.address", ip(&r.remote_addr));
-        b.int("network.peer.port", i64::from(r.remote_port));
-        b.attr("network.local.address", ip(&r.local_addr));
-        b.int("network.local.port", i64::from(r.local_port));
-        b.str(
-            "network.type",
-            match r.family {
-                Family::Ipv4 => "ipv4",
-                Family::Ipv6 => "ipv6",
-            },
-        );
-        b.str("network.transport", "tcp");
-        b.attr("server.address", Attr::Host(e.server));
-        b.int("server.port", i64::from(e.server_port));
-        b.int("observer.tcp.retransmits", i64::from(r.retransmits));
-        b.int("observer.bytes_sent", r.bytes_sent as i64);
-        b.int("observer.bytes_received", r.bytes_received as i64);
-        if r.direction == Direction::Inbound {
-            b.attr("client.address", ip(&r.remote_addr));
-            b.int("client.port", i64::from(r.remote_port));
-        }
-        if let Some(d) = &r.dns {
-            b.str("dns.question.name", &d.name);
-        }
-        if let Some(srtt) = r.srtt_us {
-            b.double("observer.tcp.srtt", f64::from(srtt) / 1e6);
-        }
-        // On TLS the socket's first byte back is the server's handshake flight:
-        // only the `tls` object's first byte is the answer's.
-        if let Some(t) = r.answer_ttfb_ns() {
-            b.double("observer.ttfb", t as f64 / 1e9);
-        }
-        if let Some(t) = &r.tls {
-            b.str("observer.tls.library", t.library.unwrap_or("none"));
-            b.str("observer.tls.source", tls_source(t.source));
-            if let Some(v) = t.version {
-                b.str("tls.protocol.version", v);
-            }
-        }
-        if let Some(et) = error {
-            b.str("error.type", et);
-        }
-        gpu_attributes(r.gpu.as_ref(), &mut b);
-        b.str("observer.diagnosis.cause", crate::cause::cause_of_conn(r));
-        // The first request's trace holds the connection's phases: this one
-        // links there instead of repeating them.
-        if let Some(f) = r.first_request {
-            let (trace, span) = f.trace.unwrap_or_else(|| {
-                (
-                    ids.connection_trace_id(r.conn_key),
-                    ids.connection_span_id(r.conn_key),
-                )
-            });
-            b.link(
-                trace,
-                span,
-                "observer.link",
-                "first request, with the connection's phases",
-            );
-        }
-        let code = if error.is_some() {
-            StatusCode::Error
-        } else {
-            StatusCode::Unset
-        };
-        b.status(code, "");
+        conn_attributes(r, &e, error, ids, &mut b);
     }
     let window = Window {
         trace_id,
@@ -265,6 +200,82 @@ pub fn conn_spans(r: &ConnRecord, ids: &mut Ids, out: &mut impl SpanOut) {
     if let Some((from, len)) = wait {
         window.child(ids, out, format_args!("wait first byte"), from, len);
     }
+}
+
+/// The connection span's attributes, link and status.
+fn conn_attributes(
+    r: &ConnRecord,
+    e: &Ends<'_>,
+    error: Option<&'static str>,
+    ids: &mut Ids,
+    b: &mut impl SpanBody,
+) {
+    b.attr("network.peer.address", ip(&r.remote_addr));
+    b.int("network.peer.port", i64::from(r.remote_port));
+    b.attr("network.local.address", ip(&r.local_addr));
+    b.int("network.local.port", i64::from(r.local_port));
+    b.str(
+        "network.type",
+        match r.family {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        },
+    );
+    b.str("network.transport", "tcp");
+    b.attr("server.address", Attr::Host(e.server));
+    b.int("server.port", i64::from(e.server_port));
+    b.int("observer.tcp.retransmits", i64::from(r.retransmits));
+    b.int("observer.bytes_sent", r.bytes_sent as i64);
+    b.int("observer.bytes_received", r.bytes_received as i64);
+    if r.direction == Direction::Inbound {
+        b.attr("client.address", ip(&r.remote_addr));
+        b.int("client.port", i64::from(r.remote_port));
+    }
+    if let Some(d) = &r.dns {
+        b.str("dns.question.name", &d.name);
+    }
+    if let Some(srtt) = r.srtt_us {
+        b.double("observer.tcp.srtt", f64::from(srtt) / 1e6);
+    }
+    // On TLS the socket's first byte back is the server's handshake flight:
+    // only the `tls` object's first byte is the answer's.
+    if let Some(t) = r.answer_ttfb_ns() {
+        b.double("observer.ttfb", t as f64 / 1e9);
+    }
+    if let Some(t) = &r.tls {
+        b.str("observer.tls.library", t.library.unwrap_or("none"));
+        b.str("observer.tls.source", tls_source(t.source));
+        if let Some(v) = t.version {
+            b.str("tls.protocol.version", v);
+        }
+    }
+    if let Some(et) = error {
+        b.str("error.type", et);
+    }
+    gpu_attributes(r.gpu.as_ref(), b);
+    b.str("observer.diagnosis.cause", crate::cause::cause_of_conn(r));
+    // The first request's trace holds the connection's phases: this one
+    // links there instead of repeating them.
+    if let Some(f) = r.first_request {
+        let (trace, span) = f.trace.unwrap_or_else(|| {
+            (
+                ids.connection_trace_id(r.conn_key),
+                ids.connection_span_id(r.conn_key),
+            )
+        });
+        b.link(
+            trace,
+            span,
+            "observer.link",
+            "first request, with the connection's phases",
+        );
+    }
+    let code = if error.is_some() {
+        StatusCode::Error
+    } else {
+        StatusCode::Unset
+    };
+    b.status(code, "");
 }
 
 /// Where a trace's child spans go: under `parent`, inside [start, end].
@@ -521,73 +532,7 @@ pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl Span
             start_time_unix_nano: start,
             end_time_unix_nano: end,
         });
-        if let Some(ts) = &r.trace.trace_state {
-            b.trace_state(ts);
-        }
-        b.str("http.request.method", r.method.as_deref().unwrap_or("HTTP"));
-        b.attr("server.address", Attr::Host(server));
-        b.int("server.port", i64::from(port));
-        b.str(
-            "network.protocol.version",
-            if r.stream_id.is_some() { "2" } else { "1.1" },
-        );
-        b.int("observer.request_bytes", r.request_bytes as i64);
-        b.int("observer.response_bytes", r.response_bytes as i64);
-        if let Some(p) = &r.path {
-            b.str("url.path", p);
-            if r.direction == Direction::Inbound {
-                b.str("http.route", &crate::http::route::template(p));
-            }
-        }
-        if let Some(st) = r.status {
-            b.int("http.response.status_code", i64::from(st));
-        }
-        if let Some(n) = r.request_index {
-            b.int("observer.request_index", i64::from(n));
-        }
-        // Proxy legs: which rule made this span the child of the request
-        // its process served; on that request, its own time outside them.
-        if let Some(rule) = r.link_rule {
-            b.str("observer.proxy.link_rule", rule);
-        }
-        if let Some(own) = r.own_time_ns {
-            b.int("observer.proxy.own_time_ns", own as i64);
-        }
-        if let Some(id) = r.stream_id {
-            b.int("observer.http2.stream_id", i64::from(id));
-        }
-        if let Some(code) = r.reset_code {
-            b.int("observer.http2.reset_code", i64::from(code));
-        }
-        if let Some(n) = r.stream.as_ref().and_then(|st| st.events) {
-            b.int("observer.stream.events", i64::from(n));
-        }
-        gpu_attributes(r.gpu.as_ref(), &mut b);
-        b.str(
-            "observer.diagnosis.cause",
-            crate::cause::cause_of_request(r),
-        );
-        if let Some(g) = &r.gen_ai {
-            gen_ai_attributes(g, &mut b);
-        }
-        if let Some(rpc) = &r.rpc {
-            rpc_attributes(rpc, &mut b);
-        }
-        if let Some(e) = &error {
-            b.str("error.type", e);
-        }
-        if matches!(r.request_index, Some(n) if n > 1) {
-            let (trace, span) = r.trace.first_request.unwrap_or_else(|| {
-                (
-                    ids.connection_trace_id(r.conn_key),
-                    ids.connection_span_id(r.conn_key),
-                )
-            });
-            b.link(trace, span, "observer.link", "connection's first request");
-        }
-        if let Some(e) = &error {
-            b.status(StatusCode::Error, e);
-        }
+        request_attributes(r, (server, port), error.as_deref(), ids, &mut b);
     }
     let window = Window {
         trace_id,
@@ -606,6 +551,83 @@ pub fn write_request_spans(r: &RequestRecord, ids: &mut Ids, out: &mut impl Span
             r.start_unix_ns,
             t,
         );
+    }
+}
+
+/// The request span's attributes, links and status.
+fn request_attributes(
+    r: &RequestRecord,
+    (server, port): (Host<'_>, u16),
+    error: Option<&str>,
+    ids: &mut Ids,
+    b: &mut impl SpanBody,
+) {
+    if let Some(ts) = &r.trace.trace_state {
+        b.trace_state(ts);
+    }
+    b.str("http.request.method", r.method.as_deref().unwrap_or("HTTP"));
+    b.attr("server.address", Attr::Host(server));
+    b.int("server.port", i64::from(port));
+    b.str(
+        "network.protocol.version",
+        if r.stream_id.is_some() { "2" } else { "1.1" },
+    );
+    b.int("observer.request_bytes", r.request_bytes as i64);
+    b.int("observer.response_bytes", r.response_bytes as i64);
+    if let Some(p) = &r.path {
+        b.str("url.path", p);
+        if r.direction == Direction::Inbound {
+            b.str("http.route", &crate::http::route::template(p));
+        }
+    }
+    if let Some(st) = r.status {
+        b.int("http.response.status_code", i64::from(st));
+    }
+    if let Some(n) = r.request_index {
+        b.int("observer.request_index", i64::from(n));
+    }
+    // Proxy legs: which rule made this span the child of the request
+    // its process served; on that request, its own time outside them.
+    if let Some(rule) = r.link_rule {
+        b.str("observer.proxy.link_rule", rule);
+    }
+    if let Some(own) = r.own_time_ns {
+        b.int("observer.proxy.own_time_ns", own as i64);
+    }
+    if let Some(id) = r.stream_id {
+        b.int("observer.http2.stream_id", i64::from(id));
+    }
+    if let Some(code) = r.reset_code {
+        b.int("observer.http2.reset_code", i64::from(code));
+    }
+    if let Some(n) = r.stream.as_ref().and_then(|st| st.events) {
+        b.int("observer.stream.events", i64::from(n));
+    }
+    gpu_attributes(r.gpu.as_ref(), b);
+    b.str(
+        "observer.diagnosis.cause",
+        crate::cause::cause_of_request(r),
+    );
+    if let Some(g) = &r.gen_ai {
+        gen_ai_attributes(g, b);
+    }
+    if let Some(rpc) = &r.rpc {
+        rpc_attributes(rpc, b);
+    }
+    if let Some(e) = error {
+        b.str("error.type", e);
+    }
+    if matches!(r.request_index, Some(n) if n > 1) {
+        let (trace, span) = r.trace.first_request.unwrap_or_else(|| {
+            (
+                ids.connection_trace_id(r.conn_key),
+                ids.connection_span_id(r.conn_key),
+            )
+        });
+        b.link(trace, span, "observer.link", "connection's first request");
+    }
+    if let Some(e) = error {
+        b.status(StatusCode::Error, e);
     }
 }
 

@@ -253,7 +253,7 @@ mod tests {
             "SSL_do_handshake",
             "SSL_read",
             "SSL_write",
-            "SSL_free",
+            "SSL_set_connect_state",
             "SSL_set_fd",
         ]
         .iter()

@@ -45,7 +45,7 @@ pub struct Observer {
     pub http_plain: Result<String, String>,
     /// C libraries the discovery handed to DNS (filled while running too).
     pub resolver_files: Arc<Mutex<Vec<ResolverFileReport>>>,
-    pub gpus: Result<gpu::Gpus, String>,
+    pub gpus: Result<gpu::Gpus, gpu::nvml::NvmlUnavailable>,
     pub tracefs: PathBuf,
     pub offsets: Result<KernelOffsets, String>,
     pub emit_at_destroy: bool,
@@ -98,7 +98,7 @@ impl Observer {
             }),
         );
         tls.discover(&mut probes);
-        let gpus = gpu::Gpus::open(options.nvml_lib.as_deref()).map_err(|e| e.to_string());
+        let gpus = gpu::Gpus::open(options.nvml_lib.as_deref());
         Ok(Observer {
             probes,
             tls,
@@ -126,7 +126,11 @@ impl Observer {
             tls: &self.tls.report,
             dns: &self.dns_report(),
             http_plain: &self.http_plain,
-            gpus: self.gpus.as_ref().map(gpu::Gpus::device_count),
+            gpus: self
+                .gpus
+                .as_ref()
+                .map(gpu::Gpus::device_count)
+                .map_err(ToString::to_string),
             options: &self.options,
             emit_at_destroy: self.emit_at_destroy,
             tracefs: &self.tracefs,
@@ -223,7 +227,7 @@ pub struct View<'a> {
     pub dns: &'a DnsReport,
     pub http_plain: &'a Result<String, String>,
     /// Devices through NVML, or why not.
-    pub gpus: Result<u32, &'a String>,
+    pub gpus: Result<u32, String>,
     pub options: &'a Options,
     pub emit_at_destroy: bool,
     pub tracefs: &'a Path,
@@ -250,7 +254,7 @@ impl View<'_> {
                         },
                         Feature::Gpu => match &self.gpus {
                             Ok(n) => State::On(format!("{n} devices through NVML")),
-                            Err(e) => State::Off((*e).clone()),
+                            Err(e) => State::Off(e.clone()),
                         },
                     };
                     (f, s)

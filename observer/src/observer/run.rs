@@ -143,7 +143,7 @@ impl Observer {
         let gpu_devices = gpus
             .as_ref()
             .map(gpu::Gpus::device_count)
-            .map_err(Clone::clone);
+            .map_err(ToString::to_string);
         let poller = start_gpu_poller(gpus, how.gpu_interval)?;
         let (tls_tx, manager) = start_tls_manager(tls, probes)?;
         let sinks = Sinks {
@@ -231,7 +231,7 @@ impl Running {
             tls: &tls_report,
             dns: &dns,
             http_plain: &remains.http_plain,
-            gpus: remains.gpu_devices.as_ref().map(|n| *n),
+            gpus: remains.gpu_devices.clone(),
             options: &remains.options,
             emit_at_destroy: remains.emit_at_destroy,
             tracefs: &remains.tracefs,
@@ -303,7 +303,10 @@ fn start_output(how: &mut Run) -> anyhow::Result<Output> {
 }
 
 /// GPUs: sampled on a thread of their own.
-fn start_gpu_poller(gpus: Result<gpu::Gpus, String>, every: Duration) -> anyhow::Result<GpuPoller> {
+fn start_gpu_poller(
+    gpus: Result<gpu::Gpus, gpu::nvml::NvmlUnavailable>,
+    every: Duration,
+) -> anyhow::Result<GpuPoller> {
     let Ok(g) = gpus else {
         return Ok(GpuPoller {
             history: None,
