@@ -251,12 +251,12 @@ fn churn(c: &mut Criterion) {
                 // As the correlator does: the cause judged once, for the
                 // metrics and the span.
                 if let Some(mut r) = table.handle(ev) {
-                    r.diagnosis = Some(observer::diagnose::cause_of_conn(&r));
+                    r.diagnosis = Some(observer::cause::cause_of_conn(&r));
                     metrics.record(&r);
                     traced.push(Traced::Conn(r));
                 }
                 for mut r in table.requests_out.drain(..) {
-                    r.diagnosis = Some(observer::diagnose::cause_of_request(&r));
+                    r.diagnosis = Some(observer::cause::cause_of_request(&r));
                     metrics.record_request(&r);
                     traced.push(Traced::Request(r));
                 }
