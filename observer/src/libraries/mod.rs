@@ -1,7 +1,9 @@
-//! Which mapped file is what: OpenSSL, BoringSSL, GnuTLS, a C library.
-//! Discovery hands TLS libraries to `tls` and C libraries to `dns`; neither
+//! Which files to look at (`discovery`) and which mapped file is what:
+//! OpenSSL, BoringSSL, GnuTLS, a C library, a Go or rustls executable. The
+//! TLS manager hands TLS files to `tls` and C libraries to `dns`; neither
 //! feature reaches into the other.
 
+pub mod discovery;
 pub mod elf;
 pub mod golang;
 pub mod procmaps;

@@ -46,9 +46,10 @@ use super::{
 use crate::{
     ebpf::{chain, uprobe_multi, Probes, UprobeLink},
     libraries::{
+        discovery,
         elf::{classify, TlsImage},
         procmaps::{executable_files, reachable_path, FileId, Mapping},
-        system_libc, LIB_DIRS, MUSL_LIBS,
+        system_libc,
     },
     programs::{self, Feature, Library, UprobeSite},
 };
@@ -219,34 +220,16 @@ impl TlsProbes {
 
     /// The system's library directories and every running process's mappings.
     pub fn discover(&mut self, probes: &mut Probes) {
-        for dir in LIB_DIRS {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let name = e.file_name();
-                let name = name.to_string_lossy();
-                if name.starts_with("libssl.so") || name.starts_with("libgnutls.so") {
-                    self.consider_file(probes, &e.path());
-                }
-            }
-        }
-        for lib in MUSL_LIBS {
-            self.consider_file(probes, Path::new(lib));
+        for path in discovery::system_files() {
+            self.consider_file(probes, &path);
         }
         self.scan_all(probes);
     }
 
     fn scan_all(&mut self, probes: &mut Probes) {
-        let own = std::process::id();
-        let Ok(entries) = std::fs::read_dir(&self.proc_root) else {
+        let Ok(pids) = discovery::running_pids(&self.proc_root, std::process::id()) else {
             return;
         };
-        let pids: Vec<u32> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .filter(|&p| p != own)
-            .collect();
         for pid in pids {
             self.scan(probes, pid);
         }
@@ -301,17 +284,8 @@ impl TlsProbes {
 
     /// A file of this host's: the real one, not the symlinks to it.
     fn consider_file(&mut self, probes: &mut Probes, link: &Path) {
-        use std::os::unix::fs::MetadataExt;
-        let Ok(path) = std::fs::canonicalize(link) else {
-            return;
-        };
-        if let Ok(md) = std::fs::metadata(&path) {
-            self.consider(
-                probes,
-                (md.dev(), md.ino()),
-                &path,
-                &path.display().to_string(),
-            );
+        if let Some((id, path)) = discovery::host_file(link) {
+            self.consider(probes, id, &path, &path.display().to_string());
         }
     }
 
