@@ -3,11 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{
-    ebpf::{chain, Probes},
-    programs::{self, Feature},
-};
-
 /// The cgroup v2 hierarchy's root as this process sees it mounted.
 pub fn root() -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -22,30 +17,40 @@ pub fn root() -> Option<PathBuf> {
     })
 }
 
-/// Every cgroup program of `feature` on the root cgroup (`given`, else the
-/// one mounted here); the root's path.
-pub fn attach_on_root(
-    probes: &mut Probes,
-    feature: Feature,
-    given: Option<&Path>,
-) -> Result<PathBuf, String> {
-    let root = match given {
-        Some(p) if is_cgroup2(p) => p.to_path_buf(),
-        Some(p) => {
-            return Err(format!(
-                "--cgroup-root {}: not a cgroup v2 mount",
-                p.display()
-            ))
+/// The root cgroup, opened: where the packet programs go.
+#[derive(Debug)]
+pub struct Root {
+    pub path: PathBuf,
+    pub dir: std::fs::File,
+}
+
+/// Why the packet programs have no root cgroup to go on.
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    #[error("--cgroup-root {}: not a cgroup v2 mount", .0.display())]
+    NotCgroup2(PathBuf),
+    #[error("no cgroup v2 hierarchy mounted at its root")]
+    NotMounted,
+    #[error("{}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Root {
+    /// The root cgroup `given` (`--cgroup-root`), else the one mounted here.
+    pub fn open(given: Option<&Path>) -> Result<Root, RootError> {
+        let path = match given {
+            Some(p) if is_cgroup2(p) => p.to_path_buf(),
+            Some(p) => return Err(RootError::NotCgroup2(p.to_path_buf())),
+            None => root().ok_or(RootError::NotMounted)?,
+        };
+        match std::fs::File::open(&path) {
+            Ok(dir) => Ok(Root { path, dir }),
+            Err(source) => Err(RootError::Open { path, source }),
         }
-        None => root().ok_or("no cgroup v2 hierarchy mounted at its root")?,
-    };
-    let dir = std::fs::File::open(&root).map_err(|e| format!("{}: {e}", root.display()))?;
-    for p in programs::of(feature) {
-        probes
-            .attach_cgroup(p.name, &dir, &root)
-            .map_err(|e| chain(&e))?;
     }
-    Ok(root)
 }
 
 /// Whether `path` is on a cgroup v2 file system.

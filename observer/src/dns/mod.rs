@@ -16,7 +16,7 @@ pub use record::{DnsJoin, DnsRecord, Lookups};
 pub use wire::WireLookups;
 
 use crate::{
-    ebpf::{chain, Probes, UprobeAt},
+    ebpf::{chain, ProbeError, Probes, UprobeAt},
     programs::{self, Feature, Library},
 };
 
@@ -43,19 +43,28 @@ pub struct ResolverFileReport {
     pub error: Option<String>,
 }
 
-/// Attaches the library and (with `wire`) the wire probes, each on its own;
-/// the wire ones on `cgroup_root` when given.
-pub fn attach(probes: &mut Probes, wire: bool, cgroup_root: Option<&Path>) -> DnsReport {
-    let (probed, error) = split(attach_libc(probes));
-    let (wire_probed, wire_error) = split(if wire {
-        attach_wire(probes, cgroup_root)
-    } else {
-        Err("--dns-wire off".into())
-    });
+/// Places the resolver probes on the system's C library, once the DNS
+/// library programs are loaded (`library`: the program table's outcome),
+/// and reports both ways of seeing lookups; `wire`: the root cgroup the wire
+/// programs went on, or why not; None: `--dns-wire` is off.
+pub fn report(
+    probes: &mut Probes,
+    library: Result<(), &str>,
+    wire: Option<Result<&Path, String>>,
+) -> DnsReport {
+    let library = match library {
+        Ok(()) => probe_system_libc(probes),
+        Err(e) => Err(LibraryError::Programs(e.to_owned())),
+    };
+    let (probed, error) = split(library);
+    let wire_on = wire.is_some();
+    let wire = wire.unwrap_or_else(|| Err(WIRE_OFF.into()));
+    let (wire_probed, wire_error) =
+        split(wire.map(|root| format!("port 53 on cgroup {}", root.display())));
     if let Some(e) = &error {
         tracing::warn!("library lookups not seen: {e}");
     }
-    if let (true, Some(e)) = (wire, &wire_error) {
+    if let (true, Some(e)) = (wire_on, &wire_error) {
         tracing::warn!("wire lookups not seen: {e}");
     }
     DnsReport {
@@ -67,23 +76,31 @@ pub fn attach(probes: &mut Probes, wire: bool, cgroup_root: Option<&Path>) -> Dn
     }
 }
 
-fn split(r: Result<String, String>) -> (Option<String>, Option<String>) {
+/// The wire lookups' reason when `--dns-wire` is off.
+pub const WIRE_OFF: &str = "--dns-wire off";
+
+fn split<E: std::fmt::Display>(r: Result<String, E>) -> (Option<String>, Option<String>) {
     match r {
         Ok(v) => (Some(v), None),
-        Err(e) => (None, Some(e)),
+        Err(e) => (None, Some(e.to_string())),
     }
 }
 
-/// The wire programs of the table on the root cgroup: they see every socket
-/// of the host's processes.
-fn attach_wire(probes: &mut Probes, cgroup_root: Option<&Path>) -> Result<String, String> {
-    let root = crate::cgroup::attach_on_root(probes, Feature::DnsWire, cgroup_root)?;
-    Ok(format!("port 53 on cgroup {}", root.display()))
+/// Why the system's C library has no resolver probes.
+#[derive(Debug, thiserror::Error)]
+enum LibraryError {
+    /// The resolver programs did not load (the program table's reason).
+    #[error("{0}")]
+    Programs(String),
+    #[error("no C library mapped by the observer")]
+    NoLibc,
+    #[error("{}", chain(.0))]
+    Probe(#[source] ProbeError),
 }
 
 /// Puts the resolver probes on the C library at `path` for every process
 /// that maps it; Ok: the functions probed (getaddrinfo at least).
-pub fn attach_resolver(probes: &mut Probes, path: &Path) -> Result<Vec<&'static str>, String> {
+pub fn attach_resolver(probes: &mut Probes, path: &Path) -> Result<Vec<&'static str>, ProbeError> {
     let mut probed: Vec<&'static str> = Vec::new();
     let mut failed: Vec<&'static str> = Vec::new();
     for site in programs::uprobe_sites(Feature::DnsLibrary, Library::Libc) {
@@ -104,7 +121,7 @@ pub fn attach_resolver(probes: &mut Probes, path: &Path) -> Result<Vec<&'static 
                 }
             }
             // getaddrinfo is what every resolver has; the others are extras.
-            Err(e) if site.symbol == "getaddrinfo" => return Err(chain(&e)),
+            Err(e) if site.symbol == "getaddrinfo" => return Err(e),
             Err(e) => {
                 failed.push(site.symbol);
                 tracing::debug!("{}", chain(&e));
@@ -116,13 +133,11 @@ pub fn attach_resolver(probes: &mut Probes, path: &Path) -> Result<Vec<&'static 
     Ok(probed)
 }
 
-/// Loads the resolver programs and probes the system's C library.
-fn attach_libc(probes: &mut Probes) -> Result<String, String> {
-    probes
-        .load_feature(Feature::DnsLibrary)
-        .map_err(|e| chain(&e))?;
-    let path = crate::libraries::system_libc().ok_or("no C library mapped by the observer")?;
-    let probed = attach_resolver(probes, &path)?;
+/// The resolver probes on the system's C library: e.g. "getaddrinfo, ...
+/// in /usr/lib/x86_64-linux-gnu/libc.so.6".
+fn probe_system_libc(probes: &mut Probes) -> Result<String, LibraryError> {
+    let path = crate::libraries::system_libc().ok_or(LibraryError::NoLibc)?;
+    let probed = attach_resolver(probes, &path).map_err(LibraryError::Probe)?;
     Ok(format!("{} in {}", probed.join(", "), path.display()))
 }
 
@@ -131,7 +146,7 @@ fn attach_libc(probes: &mut Probes) -> Result<String, String> {
 pub fn attach_resolver_file(probes: &mut Probes, path: &Path, shown: &str) -> ResolverFileReport {
     let (probed, error) = match attach_resolver(probes, path) {
         Ok(fns) => (fns, None),
-        Err(e) => (Vec::new(), Some(e)),
+        Err(e) => (Vec::new(), Some(chain(&e))),
     };
     tracing::info!("DNS: {shown} probed ({probed:?}, {error:?})");
     ResolverFileReport {

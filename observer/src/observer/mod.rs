@@ -1,5 +1,5 @@
 //! The owner of the observer's life before it runs: prepare (privileges,
-//! tracefs, the object), attach (the program table, feature by feature),
+//! tracefs, the object), attach (one loop over the program table: attach.rs),
 //! and the one rule that says whether it can run. `watch`, `run` and
 //! `doctor` all start here, so doctor's verdict is the daemon's.
 
@@ -8,6 +8,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+mod attach;
 pub mod run;
 pub mod stop;
 mod summary;
@@ -68,18 +69,25 @@ impl Observer {
             .offsets
             .as_ref()
             .is_ok_and(|o| o.sock_tuple.family != 0);
-        attach_connections(&mut probes, &tracefs, sock_layout);
-        let dns = dns::attach(
+        let attached = attach::attach_table(
             &mut probes,
-            options.dns_wire,
-            options.cgroup_root.as_deref(),
+            &attach::Context {
+                tracefs: &tracefs,
+                sock_layout,
+                dns_wire: options.dns_wire,
+                cgroup_root: options.cgroup_root.as_deref(),
+            },
         );
-        let http_plain = crate::cgroup::attach_on_root(
+        let dns = dns::report(
             &mut probes,
-            Feature::HttpPlain,
-            options.cgroup_root.as_deref(),
-        )
-        .map(|root| format!("TCP payloads on cgroup {}", root.display()));
+            attached.feature(Feature::DnsLibrary),
+            options
+                .dns_wire
+                .then(|| attached.on_cgroup(Feature::DnsWire)),
+        );
+        let http_plain = attached
+            .on_cgroup(Feature::HttpPlain)
+            .map(|root| format!("TCP payloads on cgroup {}", root.display()));
         if let Err(e) = &http_plain {
             tracing::warn!("plain HTTP requests not seen: {e}");
         }
@@ -88,6 +96,9 @@ impl Observer {
         let mut tls = TlsProbes::new(
             &mut probes,
             options.tls,
+            attached
+                .feature(Feature::TlsHandshakes)
+                .and(attached.feature(Feature::TlsPlaintext)),
             Path::new("/proc"),
             &tracefs,
             Box::new(move |probes, path, shown| {
@@ -157,41 +168,6 @@ impl Observer {
             self.options.load.max_connections,
             self.features().line()
         )
-    }
-}
-
-/// The connection programs (tracepoints, and the one run by the observer).
-/// The raw lifecycle program needs the socket layout from BTF; without it,
-/// or when it fails, its classic stand-in goes on instead.
-fn attach_connections(probes: &mut Probes, tracefs: &Path, sock_layout: bool) {
-    for p in programs::of(Feature::Connections) {
-        if programs::is_stand_in(p.name) {
-            continue;
-        }
-        let r = if !p.hook.attaches() {
-            probes.load(p.name).map_err(|e| ebpf::chain(&e))
-        } else if p.name == programs::CONNECTIONS && !sock_layout {
-            let e = "the socket layout is unknown (no kernel BTF)".to_string();
-            probes.note_external(p.name, Err(e.clone()));
-            Err(e)
-        } else {
-            probes
-                .attach_tracepoint(p.name, tracefs)
-                .map_err(|e| ebpf::chain(&e))
-        };
-        let Err(e) = r else { continue };
-        match programs::stand_in(p.name) {
-            Some(other) => match probes.attach_tracepoint(other, tracefs) {
-                Ok(()) => tracing::warn!(program = p.name, "{e}; {other} stands in"),
-                Err(e2) => tracing::warn!(
-                    program = p.name,
-                    "lost: {}: {e}; {other}: {}",
-                    p.gives,
-                    ebpf::chain(&e2)
-                ),
-            },
-            None => tracing::warn!(program = p.name, "lost: {}: {e}", p.gives),
-        }
     }
 }
 

@@ -161,25 +161,23 @@ fn sites(image: &TlsImage, feature: Feature) -> Vec<ProbeSite> {
 }
 
 impl TlsProbes {
-    /// Loads the TLS programs and takes the process map. Never fails: what
+    /// Takes the process maps; `programs`: whether the TLS programs loaded
+    /// (the program table's outcome), else why not. Never fails: what
     /// cannot be done is reported.
     pub fn new(
         probes: &mut Probes,
         settings: Settings,
+        programs: Result<(), &str>,
         proc_root: &Path,
         tracefs: &Path,
         on_c_library: OnCLibrary,
     ) -> Self {
-        let mut report = TlsReport {
+        let report = TlsReport {
             plaintext_policy: Some(settings.policy),
             plaintext_max_rate: settings.max_rate,
+            programs_error: programs.err().map(str::to_owned),
             ..TlsReport::default()
         };
-        for feature in [Feature::TlsHandshakes, Feature::TlsPlaintext] {
-            if let Err(e) = probes.load_feature(feature) {
-                report.programs_error.get_or_insert(chain(&e));
-            }
-        }
         let procs_map = probes
             .ebpf
             .take_map(TLS_PROCS_MAP)
