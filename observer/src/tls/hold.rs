@@ -135,15 +135,12 @@ pub fn resume(pid: u32) {
 /// not traced) on their way out of execve, which is where a hold stops them
 /// and where nobody else's SIGSTOP lands short of a race with the exec.
 pub fn resume_left_behind(proc_root: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(proc_root) else {
+    let Ok(pids) = crate::libraries::discovery::running_pids(proc_root, std::process::id()) else {
         return 0;
     };
     let mut resumed = 0;
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        let dir = e.path();
+    for pid in pids {
+        let dir = proc_root.join(pid.to_string());
         let stopped =
             std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| state_of(&s) == Some('T'));
         if stopped && std::fs::read_to_string(dir.join("syscall")).is_ok_and(|s| in_exec(&s)) {
