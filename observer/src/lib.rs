@@ -18,6 +18,8 @@ pub mod export;
 pub mod features;
 pub mod fields;
 pub mod filter;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod gpu;
 pub mod health;
 pub mod hist;

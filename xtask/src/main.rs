@@ -1,10 +1,11 @@
-//! Project tasks: `cargo xtask setup | build | run | test | image | imports`.
+//! Project tasks: `cargo xtask setup | build | run | test | fuzz | image | imports`.
 //!
 //! `build`, `run` and `test` call `setup` first, so a fresh machine of this kind
 //! needs nothing but these commands. xtask orchestrates; the eBPF object itself
 //! is built by observer/build.rs.
 
 mod bench;
+mod fuzz;
 mod image;
 mod imports;
 mod long_fns;
@@ -64,6 +65,9 @@ enum Task {
         #[arg(long)]
         edges: bool,
     },
+    /// The parsers of outside bytes under cargo-fuzz: each target for
+    /// --seconds from its kept corpus; a table of runs and coverage.
+    Fuzz(fuzz::FuzzArgs),
     /// Run every test: unit tests and the end-to-end tests (as root).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -112,6 +116,10 @@ fn main() -> Result<()> {
         }
         Task::Image(args) => image::run(&args),
         Task::Imports { dot, edges } => imports::run(dot, edges),
+        Task::Fuzz(args) => {
+            setup::run()?;
+            fuzz::run(&args)
+        }
         Task::Test { args } => {
             setup::run()?;
             test::run(&args)

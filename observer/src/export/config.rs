@@ -74,13 +74,18 @@ pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
     );
+    parse(&text, is_yaml, shown)
+}
+
+/// A config file's text (YAML, else TOML); `shown`: its name in errors.
+pub fn parse(text: &str, is_yaml: bool, shown: String) -> Result<FileConfig, ConfigError> {
     let cfg: FileConfig = if is_yaml {
-        serde_yaml::from_str(&text).map_err(|e| ConfigError::Parse {
+        serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
             path: shown.clone(),
             err: e.to_string(),
         })?
     } else {
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: shown.clone(),
             err: e.to_string(),
         })?

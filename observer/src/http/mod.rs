@@ -8,13 +8,13 @@
 
 mod body;
 mod conversation;
-mod exchange;
+pub(crate) mod exchange;
 mod gaps;
-mod gen_ai;
+pub(crate) mod gen_ai;
 mod grpc;
 mod h2;
 mod head;
-mod hpack_partial;
+pub(crate) mod hpack_partial;
 mod json;
 pub mod proxy;
 mod record;

@@ -676,6 +676,20 @@ fn locate(obj: &Elf<'_>, map: &[u8], span: &Span) -> Option<GoFunction> {
     })
 }
 
+/// For the fuzz target (crate::fuzzing): the function table, the build
+/// information and the return finder, each on the same arbitrary bytes.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn fuzz_tables(data: &[u8]) {
+    if let Ok(table) = Pclntab::parse(data) {
+        let _ = table.find(&["crypto/tls.(*Conn).Read", "crypto/tls.(*Conn).Write"]);
+    }
+    let _ = parse_build_info(data, |addr, len| {
+        let at = usize::try_from(addr).ok()?;
+        data.get(at..)?.get(..usize::try_from(len).ok()?)
+    });
+    std::hint::black_box(ret_offsets(data));
+}
+
 /// The offsets in `code` (amd64 machine code) of its RET instructions,
 /// decoded linearly: Go puts no data in functions on amd64 (jump tables live
 /// in rodata), so every byte is an instruction. A byte scan for 0xC3 would
