@@ -22,7 +22,7 @@ use super::{
     site::ProbeSite,
 };
 use crate::{
-    ebpf::Probes,
+    ebpf::{chain, Probes},
     libraries::{
         golang::{self, GoImage},
         procmaps::FileId,
@@ -117,7 +117,7 @@ impl GoFiles {
                 Ok(_) => report.probes += 1,
                 Err(e) => {
                     if file.errors.len() < 8 {
-                        file.errors.push(e);
+                        file.errors.push(chain(&e));
                     }
                 }
             }

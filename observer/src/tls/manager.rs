@@ -327,7 +327,7 @@ impl TlsProbes {
                 Ok(_) => report.probes += 1,
                 Err(e) => {
                     self.report.attach_errors += 1;
-                    report.errors.push(e);
+                    report.errors.push(chain(&e));
                 }
             }
         }
@@ -445,7 +445,7 @@ impl TlsProbes {
         for site in &file.plaintext_sites {
             match site.attach_all(probes, &file.attach) {
                 Ok(link) => file.all.push((site.program, link)),
-                Err(e) => self.file_error(file.report, e),
+                Err(e) => self.file_error(file.report, chain(&e)),
             }
         }
         if let Some(r) = self.report.files.get_mut(file.report) {
