@@ -573,7 +573,7 @@ impl TlsProbes {
             }
             Err(e) => {
                 tracing::warn!("new executables are not held at exec: {e}");
-                r.off_reason = Some(e);
+                r.off_reason = Some(e.to_string());
             }
         }
     }
