@@ -792,10 +792,7 @@ impl TlsProbes {
                             .map_err(|e| e.to_string())
                     })
                     .map_err(|e| format!("{} at {}: {e}", site.program, site.symbol));
-                probes.note_external(
-                    site.program,
-                    defined.as_ref().map(|_| ()).map_err(Clone::clone),
-                );
+                probes.note_external(site.program, defined.as_ref().map(|_| ()));
                 match defined {
                     Ok(id) => ids.push(id),
                     Err(e) => errors.push(e),
