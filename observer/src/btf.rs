@@ -243,11 +243,27 @@ pub struct KernelOffsets {
     pub exe_walk: Option<ExeWalk>,
 }
 
+/// Why the running kernel's socket offsets are unknown. The text is what
+/// `watch` logs and `doctor` shows (the cause's own words included); the
+/// cause stays reachable as the source.
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetsError {
+    /// The kernel has no BTF file, or it cannot be read.
+    #[error("{VMLINUX}: {0}")]
+    Read(#[source] std::io::Error),
+    /// The file is not BTF this reader can walk.
+    #[error("{VMLINUX}: {0}")]
+    Parse(#[source] BtfError),
+    /// `sock.sk_err` or `tcp_sock.srtt_us` is not where it can be read.
+    #[error(transparent)]
+    Member(BtfError),
+}
+
 /// Reads both offsets from the running kernel's BTF.
-pub fn kernel_offsets() -> Result<KernelOffsets, String> {
-    let data = std::fs::read(Path::new(VMLINUX)).map_err(|e| format!("{VMLINUX}: {e}"))?;
-    let types = Types::parse(&data).map_err(|e| format!("{VMLINUX}: {e}"))?;
-    let get = |s: &str, m: &str| types.member(s, m).map_err(|e| e.to_string());
+pub fn kernel_offsets() -> Result<KernelOffsets, OffsetsError> {
+    let data = std::fs::read(Path::new(VMLINUX)).map_err(OffsetsError::Read)?;
+    let types = Types::parse(&data).map_err(OffsetsError::Parse)?;
+    let get = |s: &str, m: &str| types.member(s, m).map_err(OffsetsError::Member);
     let fd_walk = fd_walk_of(&types)
         .map_err(|e| tracing::warn!("Go TLS connections cannot be tied to their sockets: {e}"))
         .ok();

@@ -236,8 +236,8 @@ pub fn run(options: Options) -> Report {
         Ok(obs) => {
             report.tracefs = Some(obs.tracefs.display().to_string());
             report.uprobes = Some(obs.probes.uprobe_mechanism());
-            report.offsets = obs.offsets.clone().ok();
-            report.offsets_error = obs.offsets.clone().err();
+            report.offsets = obs.offsets.as_ref().ok().cloned();
+            report.offsets_error = obs.offsets.as_ref().err().map(ToString::to_string);
             report.emit_at_destroy = obs.emit_at_destroy;
             report.gpu = GpuReport::of(lib, &obs.gpus);
             (report.probes, report.programs) = rows(&obs.probes.states());

@@ -361,12 +361,18 @@ impl CapabilityReport {
     }
 }
 
+/// A name in a capabilities.txt that is not a capability this observer
+/// knows (the name as written).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown capability {0:?}")]
+pub struct UnknownCapability(pub String);
+
 /// The capability names of a capabilities.txt (one a line, `#` comments).
-pub fn parse_list(text: &str) -> Result<Vec<Cap>, String> {
+pub fn parse_list(text: &str) -> Result<Vec<Cap>, UnknownCapability> {
     text.lines()
         .map(|l| l.split('#').next().unwrap_or("").trim())
         .filter(|l| !l.is_empty())
-        .map(|l| Cap::from_name(l).ok_or_else(|| format!("unknown capability {l:?}")))
+        .map(|l| Cap::from_name(l).ok_or_else(|| UnknownCapability(l.to_owned())))
         .collect()
 }
 
@@ -478,6 +484,8 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/capabilities.txt");
         let text = std::fs::read_to_string(path).expect("deploy/capabilities.txt");
         assert_eq!(parse_list(&text).expect("parses"), DEPLOY);
-        assert!(parse_list("CAP_BPF\n# c\n\nCAP_NOPE\n").is_err());
+        let e = parse_list("CAP_BPF\n# c\n\nCAP_NOPE\n").expect_err("CAP_NOPE is unknown");
+        assert_eq!(e, UnknownCapability("CAP_NOPE".into()));
+        assert_eq!(e.to_string(), "unknown capability \"CAP_NOPE\"");
     }
 }

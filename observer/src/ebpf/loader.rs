@@ -88,7 +88,7 @@ pub struct Loaded {
     pub emit_at_destroy: bool,
     /// Where `sk_err` and `srtt_us` sit in the kernel's socket structs, or why
     /// that is unknown (then "timeout"/"unreachable" errors and RTTs are lost).
-    pub offsets: Result<crate::btf::KernelOffsets, String>,
+    pub offsets: Result<crate::btf::KernelOffsets, crate::btf::OffsetsError>,
 }
 
 /// Parses the object and creates its maps. Load-time constants: our own tgid

@@ -619,15 +619,16 @@ impl Probes {
             })
     }
 
-    /// Records the result of an attachment made outside aya.
-    pub fn note_external(&mut self, name: &'static str, r: Result<(), String>) {
+    /// Records the result of an attachment made outside aya. Any error
+    /// type will do: the state keeps its text, which doctor prints.
+    pub fn note_external(&mut self, name: &'static str, r: Result<(), impl std::fmt::Display>) {
         match r {
             Ok(()) => self.attached(name),
             Err(e) => {
                 let s = self.states.entry(name).or_default();
                 s.failures += 1;
                 if s.errors.len() < ERRORS_KEPT {
-                    s.errors.push(e);
+                    s.errors.push(e.to_string());
                 }
             }
         }

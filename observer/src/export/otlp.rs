@@ -7,6 +7,7 @@
 //! once and that signal stops; the other goes on.
 
 use std::{
+    path::{Path, PathBuf},
     sync::{atomic::Ordering, Arc, Mutex},
     time::Duration,
 };
@@ -41,7 +42,7 @@ pub struct Signal {
     pub timeout: Duration,
     pub gzip: bool,
     /// PEM file of CAs to trust besides the system's (https endpoints).
-    pub ca_file: Option<std::path::PathBuf>,
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,7 +170,7 @@ fn signal_from_vars(
     let ca_file = match var("CERTIFICATE") {
         None => None,
         Some((k, v)) => {
-            let p = std::path::PathBuf::from(v.trim());
+            let p = PathBuf::from(v.trim());
             if !p.is_file() {
                 return Err(bad(&k, &v, "no such file"));
             }
@@ -302,13 +303,53 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Why a signal's sender could not be set up (that signal then stays
+/// unsent; `run` logs it once). The text gives the cause's own words; the
+/// cause stays reachable as the source.
+#[derive(Debug, thiserror::Error)]
+enum SenderError {
+    /// The CA file cannot be read.
+    #[error("{}: {source}", path.display())]
+    CaRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A PEM section of the CA file does not decode.
+    #[error("{}: {source}", path.display())]
+    CaPem {
+        path: PathBuf,
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// rustls takes one of the CA file's certificates for no trust anchor.
+    #[error("{}: {source}", path.display())]
+    CaCert {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    /// rustls's settings (its protocol versions) for the HTTP client.
+    #[error(transparent)]
+    Rustls(rustls::Error),
+    /// The gRPC endpoint is not a URI.
+    #[error(transparent)]
+    Endpoint(http::uri::InvalidUri),
+    /// tonic refused the TLS settings.
+    #[error(transparent)]
+    Grpc(tonic::transport::Error),
+}
+
 /// The CA file's certificates, PEM.
-fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+fn read_ca(path: &Path) -> Result<Vec<u8>, SenderError> {
+    std::fs::read(path).map_err(|source| SenderError::CaRead {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// rustls client settings: the system's roots and the configured CA file.
-fn rustls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig, String> {
+fn rustls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, SenderError> {
     use rustls_pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_native_certs::load_native_certs().certs {
@@ -317,26 +358,30 @@ fn rustls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConf
     if let Some(path) = ca_file {
         let pem = read_ca(path)?;
         for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let cert = cert.map_err(|source| SenderError::CaPem {
+                path: path.to_owned(),
+                source,
+            })?;
+            roots.add(cert).map_err(|source| SenderError::CaCert {
+                path: path.to_owned(),
+                source,
+            })?;
         }
     }
     rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())
+    .map_err(SenderError::Rustls)
     .map(|b| b.with_root_certificates(roots).with_no_client_auth())
 }
 
 impl Sender {
-    fn new(sig: &Signal) -> Result<Self, String> {
+    fn new(sig: &Signal) -> Result<Self, SenderError> {
         match sig.protocol {
             Protocol::Grpc => {
                 let mut ep = tonic::transport::Channel::from_shared(sig.endpoint.clone())
-                    .map_err(|e| e.to_string())?
+                    .map_err(SenderError::Endpoint)?
                     .timeout(sig.timeout)
                     .connect_timeout(sig.timeout);
                 if sig.endpoint.starts_with("https://") {
@@ -345,7 +390,7 @@ impl Sender {
                         tls = tls
                             .ca_certificate(tonic::transport::Certificate::from_pem(read_ca(ca)?));
                     }
-                    ep = ep.tls_config(tls).map_err(|e| e.to_string())?;
+                    ep = ep.tls_config(tls).map_err(SenderError::Grpc)?;
                 }
                 Ok(Sender::Grpc(ep.connect_lazy()))
             }
@@ -756,5 +801,41 @@ mod tests {
         };
         let e = OtlpConfig::from_vars(&get).expect_err("bad timeout");
         assert_eq!(e.key, "OTEL_EXPORTER_OTLP_TIMEOUT");
+    }
+
+    /// A CA file that cannot be used stops the signal with an error naming
+    /// the file and why; which step failed shows in the variant.
+    #[test]
+    fn unusable_ca_files_say_which_and_why() {
+        let dir = std::env::temp_dir().join(format!("otlp-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let missing = dir.join("missing.pem");
+        let e = rustls_config(Some(&missing)).expect_err("no such file");
+        assert!(matches!(&e, SenderError::CaRead { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound));
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: ", missing.display())),
+            "{e}"
+        );
+        let not_der = dir.join("not-der.pem");
+        std::fs::write(
+            &not_der,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .expect("write");
+        let e = rustls_config(Some(&not_der)).expect_err("not a certificate");
+        assert!(matches!(e, SenderError::CaCert { .. }), "{e:?}");
+        let sig = Signal {
+            endpoint: "https://c:4317".into(),
+            protocol: Protocol::Grpc,
+            headers: Vec::new(),
+            timeout: Duration::from_secs(1),
+            gzip: false,
+            ca_file: Some(missing),
+        };
+        let e = Sender::new(&sig).err().expect("no such file");
+        assert!(matches!(e, SenderError::CaRead { .. }), "{e:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -14,7 +14,7 @@ pub mod stop;
 mod summary;
 
 use crate::{
-    btf::KernelOffsets,
+    btf::{KernelOffsets, OffsetsError},
     dns::{self, DnsReport, ResolverFileReport},
     ebpf::{self, LoadError, LoadOptions, Probes, ProgramState},
     features::{Features, State},
@@ -48,7 +48,7 @@ pub struct Observer {
     pub resolver_files: Arc<Mutex<Vec<ResolverFileReport>>>,
     pub gpus: Result<gpu::Gpus, gpu::nvml::NvmlUnavailable>,
     pub tracefs: PathBuf,
-    pub offsets: Result<KernelOffsets, String>,
+    pub offsets: Result<KernelOffsets, OffsetsError>,
     pub emit_at_destroy: bool,
     pub options: Options,
 }

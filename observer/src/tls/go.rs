@@ -22,7 +22,7 @@ use super::{
     site::ProbeSite,
 };
 use crate::{
-    ebpf::Probes,
+    ebpf::{chain, Probes},
     libraries::{
         golang::{self, GoImage},
         procmaps::FileId,
@@ -44,6 +44,20 @@ const MAX_LISTED: usize = 64;
 pub struct GoFiles {
     offsets: Option<BpfHashMap<MapData, u32, GoOffsets>>,
     next_index: u32,
+}
+
+/// Why a Go executable got no index (its report's `not_probed` says so).
+#[derive(Debug, thiserror::Error)]
+enum RegisterError {
+    /// The object has no offsets map (a build mismatch), or it was taken.
+    #[error("the Go offsets map is missing")]
+    NoMap,
+    /// Every index is given (the map is sized for MAX_GO_BINARIES).
+    #[error("more than {MAX_GO_BINARIES} Go executables")]
+    Full,
+    /// The kernel refused the map entry.
+    #[error(transparent)]
+    Insert(aya::maps::MapError),
 }
 
 /// Bits 8-15 of the cookie of a RET probe in a handshake function (see
@@ -103,7 +117,7 @@ impl GoFiles {
         let index = match self.register(&image) {
             Ok(index) => index,
             Err(why) => {
-                report.not_probed = Some(why);
+                report.not_probed = Some(why.to_string());
                 return Some(GoConsidered {
                     report,
                     file: Some(file),
@@ -117,7 +131,7 @@ impl GoFiles {
                 Ok(_) => report.probes += 1,
                 Err(e) => {
                     if file.errors.len() < 8 {
-                        file.errors.push(e);
+                        file.errors.push(chain(&e));
                     }
                 }
             }
@@ -138,17 +152,14 @@ impl GoFiles {
     }
 
     /// Gives the executable an index and its offsets to the kernel.
-    fn register(&mut self, image: &GoImage) -> Result<u32, String> {
-        let map = self
-            .offsets
-            .as_mut()
-            .ok_or("the Go offsets map is missing")?;
+    fn register(&mut self, image: &GoImage) -> Result<u32, RegisterError> {
+        let map = self.offsets.as_mut().ok_or(RegisterError::NoMap)?;
         if self.next_index >= MAX_GO_BINARIES {
-            return Err(format!("more than {MAX_GO_BINARIES} Go executables"));
+            return Err(RegisterError::Full);
         }
         let index = self.next_index;
         map.insert(index, image.offsets, 0)
-            .map_err(|e| e.to_string())?;
+            .map_err(RegisterError::Insert)?;
         self.next_index += 1;
         Ok(index)
     }

@@ -35,6 +35,21 @@ const BEAT_EVERY: Duration = Duration::from_millis(250);
 /// The reader's poll timeout: how soon it sees a stop.
 const POLL_MS: i32 = 50;
 
+/// Why new executables are not held at exec (the report's `off_reason`).
+#[derive(Debug, thiserror::Error)]
+pub enum HoldError {
+    /// The object lacks the map, or it is not of the kind expected (a build
+    /// mismatch), or it was taken already.
+    #[error("no {0} map")]
+    NoMap(&'static str),
+    /// Likewise for the ring the kernel sends holds through.
+    #[error("no {0} ring")]
+    NoRing(&'static str),
+    /// The reader thread could not be started.
+    #[error("starting the hold reader: {0}")]
+    Reader(#[source] std::io::Error),
+}
+
 pub struct Holds {
     known: BpfHashMap<MapData, ExeKey, u8>,
     until: Array<MapData, u64>,
@@ -45,27 +60,27 @@ pub struct Holds {
 
 impl Holds {
     /// Takes the maps and starts the reader, which forwards each hold to
-    /// `tx`. None: the kernel side is missing (reported by the caller).
-    pub fn start(probes: &mut Probes, tx: SyncSender<Command>) -> Result<Self, String> {
+    /// `tx`. An error: nothing is held (reported by the caller).
+    pub fn start(probes: &mut Probes, tx: SyncSender<Command>) -> Result<Self, HoldError> {
         let ebpf = &mut probes.ebpf;
         let known = ebpf
             .take_map(EXE_KNOWN_MAP)
             .and_then(|m| BpfHashMap::try_from(m).ok())
-            .ok_or("no EXE_KNOWN map")?;
+            .ok_or(HoldError::NoMap(EXE_KNOWN_MAP))?;
         let until = ebpf
             .take_map(HOLD_UNTIL_MAP)
             .and_then(|m| Array::try_from(m).ok())
-            .ok_or("no HOLD_UNTIL map")?;
+            .ok_or(HoldError::NoMap(HOLD_UNTIL_MAP))?;
         let ring = ebpf
             .take_map(HOLDS_RING)
             .and_then(|m| RingBuf::try_from(m).ok())
-            .ok_or("no HOLDS ring")?;
+            .ok_or(HoldError::NoRing(HOLDS_RING))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let reader = std::thread::Builder::new()
             .name("exec-holds".into())
             .spawn(move || read_holds(ring, &tx, &flag))
-            .map_err(|e| format!("starting the hold reader: {e}"))?;
+            .map_err(HoldError::Reader)?;
         Ok(Self {
             known,
             until,

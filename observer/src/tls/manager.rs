@@ -325,7 +325,7 @@ impl TlsProbes {
                 Ok(_) => report.probes += 1,
                 Err(e) => {
                     self.report.attach_errors += 1;
-                    report.errors.push(e);
+                    report.errors.push(chain(&e));
                 }
             }
         }
@@ -443,7 +443,7 @@ impl TlsProbes {
         for site in &file.plaintext_sites {
             match site.attach_all(probes, &file.attach) {
                 Ok(link) => file.all.push((site.program, link)),
-                Err(e) => self.file_error(file.report, e),
+                Err(e) => self.file_error(file.report, chain(&e)),
             }
         }
         if let Some(r) = self.report.files.get_mut(file.report) {
@@ -571,7 +571,7 @@ impl TlsProbes {
             }
             Err(e) => {
                 tracing::warn!("new executables are not held at exec: {e}");
-                r.off_reason = Some(e);
+                r.off_reason = Some(e.to_string());
             }
         }
     }
@@ -790,10 +790,7 @@ impl TlsProbes {
                             .map_err(|e| e.to_string())
                     })
                     .map_err(|e| format!("{} at {}: {e}", site.program, site.symbol));
-                probes.note_external(
-                    site.program,
-                    defined.as_ref().map(|_| ()).map_err(Clone::clone),
-                );
+                probes.note_external(site.program, defined.as_ref().map(|_| ()));
                 match defined {
                     Ok(id) => ids.push(id),
                     Err(e) => errors.push(e),

@@ -14,7 +14,7 @@ use super::{
     site::ProbeSite,
 };
 use crate::{
-    ebpf::Probes,
+    ebpf::{chain, Probes},
     libraries::{procmaps::FileId, rustls as rl},
     programs::{self, Feature, Library},
 };
@@ -61,7 +61,7 @@ pub fn consider(
             Ok(_) => file.probes += 1,
             Err(e) => {
                 if file.errors.len() < 8 {
-                    file.errors.push(e);
+                    file.errors.push(chain(&e));
                 }
             }
         }

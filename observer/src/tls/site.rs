@@ -5,7 +5,7 @@ use std::path::Path;
 
 use aya::programs::uprobe::UProbeScope;
 
-use crate::ebpf::{chain, Probes, UprobeAt, UprobeLink};
+use crate::ebpf::{ProbeError, Probes, UprobeAt, UprobeLink};
 
 /// One uprobe of a TLS file: where it goes and the cookie it carries (for a
 /// library, its kind; for Go, also the executable's index and the RET
@@ -21,8 +21,9 @@ pub struct ProbeSite {
 }
 
 impl ProbeSite {
-    /// The probe for every process that maps `path`, now or later.
-    pub fn attach_all(&self, probes: &mut Probes, path: &Path) -> Result<UprobeLink, String> {
+    /// The probe for every process that maps `path`, now or later. The
+    /// error is the probe's own; reports keep it as one line ([`crate::ebpf::chain`]).
+    pub fn attach_all(&self, probes: &mut Probes, path: &Path) -> Result<UprobeLink, ProbeError> {
         let at = UprobeAt {
             symbol: self.symbol,
             offset: Some(self.offset),
@@ -30,8 +31,6 @@ impl ProbeSite {
             cookie: Some(self.cookie),
             scope: UProbeScope::AllProcesses,
         };
-        probes
-            .attach_uprobe(self.program, &at)
-            .map_err(|e| chain(&e))
+        probes.attach_uprobe(self.program, &at)
     }
 }
