@@ -50,7 +50,7 @@ pub struct ResolverFileReport {
 pub fn report(
     probes: &mut Probes,
     library: Result<(), &str>,
-    wire: Option<Result<&Path, String>>,
+    wire: Option<Result<&Path, &str>>,
 ) -> DnsReport {
     let library = match library {
         Ok(()) => probe_system_libc(probes),
@@ -58,7 +58,7 @@ pub fn report(
     };
     let (probed, error) = split(library);
     let wire_on = wire.is_some();
-    let wire = wire.unwrap_or_else(|| Err(WIRE_OFF.into()));
+    let wire = wire.unwrap_or(Err(WIRE_OFF));
     let (wire_probed, wire_error) =
         split(wire.map(|root| format!("port 53 on cgroup {}", root.display())));
     if let Some(e) = &error {

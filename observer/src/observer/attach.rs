@@ -12,7 +12,7 @@ use std::{collections::BTreeMap, path::Path};
 use crate::{
     cgroup::{Root, RootError},
     dns,
-    ebpf::{chain, Probes},
+    ebpf::{chain, ProbeError, Probes},
     programs::{self, Feature, Hook, Program},
 };
 
@@ -33,8 +33,9 @@ pub struct Context<'a> {
 pub struct Attached {
     /// Per feature, the first reason one of its programs is missing.
     missing: BTreeMap<Feature, String>,
-    /// The root cgroup the packet programs went on, once one was asked for.
-    root: Option<Result<Root, RootError>>,
+    /// The root cgroup the packet programs went on, once one was asked for
+    /// (or why there is none).
+    root: Option<Result<Root, String>>,
 }
 
 impl Attached {
@@ -47,21 +48,48 @@ impl Attached {
     }
 
     /// Where `feature`'s packet programs went, or why they are not on.
-    pub fn on_cgroup(&self, feature: Feature) -> Result<&Path, String> {
-        self.feature(feature).map_err(str::to_owned)?;
+    pub fn on_cgroup(&self, feature: Feature) -> Result<&Path, &str> {
+        self.feature(feature)?;
         match &self.root {
             Some(Ok(root)) => Ok(&root.path),
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err("no packet program asked for the cgroup".into()),
+            Some(Err(e)) => Err(e),
+            None => Err("no packet program asked for the cgroup"),
         }
     }
 
     /// A program's outcome counts against every feature it serves.
-    fn note(&mut self, p: &Program, r: Result<(), String>) {
+    fn note(&mut self, p: &Program, r: Result<(), AttachError>) {
         let Err(e) = r else { return };
+        let e = e.to_string();
         for f in [Some(p.feature), p.also].into_iter().flatten() {
             self.missing.entry(f).or_insert_with(|| e.clone());
         }
+    }
+}
+
+/// Why a program is not on.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("{}", chain(.0))]
+    Probe(#[source] Box<ProbeError>),
+    #[error("the socket layout is unknown (no kernel BTF)")]
+    NoSocketLayout,
+    /// Neither the program nor the one that stands in for it.
+    #[error("{first}; {stand_in}: {}", chain(.source))]
+    NoStandIn {
+        first: Box<AttachError>,
+        stand_in: &'static str,
+        source: Box<ProbeError>,
+    },
+    /// The root cgroup could not be had (the first packet program's
+    /// reason, said again for each).
+    #[error("{0}")]
+    NoRoot(String),
+}
+
+impl AttachError {
+    fn probe(e: ProbeError) -> Self {
+        AttachError::Probe(Box::new(e))
     }
 }
 
@@ -81,9 +109,11 @@ pub fn attach_table(probes: &mut Probes, cx: &Context) -> Attached {
             Hook::TracePoint { .. } | Hook::RawTracePoint { .. } => on_tracepoint(probes, p, cx),
             // Placed by library discovery; loading now finds a verifier
             // error before any library is probed.
-            Hook::UProbe { .. } | Hook::Run => probes.load(p.name).map_err(|e| chain(&e)),
+            Hook::UProbe { .. } | Hook::Run => probes.load(p.name).map_err(AttachError::probe),
             Hook::CgroupSkb { .. } | Hook::CgroupSockRelease => {
-                let root = out.root.get_or_insert_with(|| Root::open(cx.cgroup_root));
+                let root = out.root.get_or_insert_with(|| {
+                    Root::open(cx.cgroup_root).map_err(|e: RootError| e.to_string())
+                });
                 on_cgroup(probes, p, root)
             }
         };
@@ -100,15 +130,19 @@ fn wanted(p: &Program, cx: &Context) -> bool {
 /// A tracepoint program. The raw lifecycle program needs the socket layout
 /// from BTF; without it, or when it fails, its classic stand-in goes on
 /// instead (and the feature counts as served).
-fn on_tracepoint(probes: &mut Probes, p: &'static Program, cx: &Context) -> Result<(), String> {
+fn on_tracepoint(
+    probes: &mut Probes,
+    p: &'static Program,
+    cx: &Context,
+) -> Result<(), AttachError> {
     let r = if p.name == programs::CONNECTIONS && !cx.sock_layout {
-        let e = "the socket layout is unknown (no kernel BTF)".to_string();
-        probes.note_external(p.name, Err(e.clone()));
+        let e = AttachError::NoSocketLayout;
+        probes.note_external(p.name, Err(&e));
         Err(e)
     } else {
         probes
             .attach_tracepoint(p.name, cx.tracefs)
-            .map_err(|e| chain(&e))
+            .map_err(AttachError::probe)
     };
     let Err(e) = r else { return Ok(()) };
     let Some(other) = programs::stand_in(p.name) else {
@@ -120,10 +154,14 @@ fn on_tracepoint(probes: &mut Probes, p: &'static Program, cx: &Context) -> Resu
             tracing::warn!(program = p.name, "{e}; {other} stands in");
             Ok(())
         }
-        Err(e2) => {
-            let e2 = chain(&e2);
-            tracing::warn!(program = p.name, "lost: {}: {e}; {other}: {e2}", p.gives);
-            Err(format!("{e}; {other}: {e2}"))
+        Err(source) => {
+            let e = AttachError::NoStandIn {
+                first: Box::new(e),
+                stand_in: other,
+                source: Box::new(source),
+            };
+            tracing::warn!(program = p.name, "lost: {}: {e}", p.gives);
+            Err(e)
         }
     }
 }
@@ -133,12 +171,12 @@ fn on_tracepoint(probes: &mut Probes, p: &'static Program, cx: &Context) -> Resu
 fn on_cgroup(
     probes: &mut Probes,
     p: &'static Program,
-    root: &Result<Root, RootError>,
-) -> Result<(), String> {
-    let root = root.as_ref().map_err(ToString::to_string)?;
+    root: &Result<Root, String>,
+) -> Result<(), AttachError> {
+    let root = root.as_ref().map_err(|e| AttachError::NoRoot(e.clone()))?;
     probes
         .attach_cgroup(p.name, &root.dir, &root.path)
-        .map_err(|e| chain(&e))
+        .map_err(AttachError::probe)
 }
 
 #[cfg(test)]
@@ -150,8 +188,8 @@ mod tests {
         let mut a = Attached::default();
         let packets = programs::get("packets_egress").expect("in the table");
         let release = programs::get("dns_sock_release").expect("in the table");
-        a.note(release, Err("first".into()));
-        a.note(packets, Err("second".into()));
+        a.note(release, Err(AttachError::NoRoot("first".into())));
+        a.note(packets, Err(AttachError::NoRoot("second".into())));
         a.note(packets, Ok(()));
         assert_eq!(a.feature(Feature::DnsWire), Err("first"));
         assert_eq!(a.feature(Feature::HttpPlain), Err("second"));
@@ -179,12 +217,12 @@ mod tests {
     fn the_cgroup_reason_is_the_roots_when_it_could_not_be_opened() {
         let a = Attached {
             missing: BTreeMap::from([(Feature::HttpPlain, "no root".to_string())]),
-            root: Some(Err(RootError::NotMounted)),
+            root: Some(Err(RootError::NotMounted.to_string())),
         };
-        assert_eq!(a.on_cgroup(Feature::HttpPlain), Err("no root".to_string()));
+        assert_eq!(a.on_cgroup(Feature::HttpPlain), Err("no root"));
         assert_eq!(
             a.on_cgroup(Feature::DnsWire),
-            Err("no cgroup v2 hierarchy mounted at its root".to_string())
+            Err("no cgroup v2 hierarchy mounted at its root")
         );
     }
 }

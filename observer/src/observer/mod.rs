@@ -87,7 +87,8 @@ impl Observer {
         );
         let http_plain = attached
             .on_cgroup(Feature::HttpPlain)
-            .map(|root| format!("TCP payloads on cgroup {}", root.display()));
+            .map(|root| format!("TCP payloads on cgroup {}", root.display()))
+            .map_err(str::to_owned);
         if let Err(e) = &http_plain {
             tracing::warn!("plain HTTP requests not seen: {e}");
         }
