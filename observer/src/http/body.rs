@@ -326,7 +326,9 @@ impl Body {
                     }
                 }
                 Line::Field { len } if c == b':' => {
-                    self.line = if &self.field[..usize::from(len)] == b"data" && !self.lost {
+                    // A name longer than the buffer counts as 9: not "data".
+                    let name = self.field.get(..usize::from(len));
+                    self.line = if name == Some(b"data".as_slice()) && !self.lost {
                         self.start_data_line(t, out);
                         Line::DataStart
                     } else {
@@ -473,6 +475,19 @@ mod tests {
     /// Offset of the first event's blank line's last byte in the body.
     fn body_offset_of_blank(body: &str) -> usize {
         body.find("\n\n").expect("present") + 1
+    }
+
+    /// Field names longer than the buffer kept for "data" (found by the
+    /// http fuzz target: it panicked on `retry_after_ms:`), then the events
+    /// after them, still read.
+    #[test]
+    fn long_field_names_are_skipped_and_the_events_after_them_read() {
+        let text = format!("retry_after_ms: 30\nid_of_the_event_here: 7\n{}", EVENTS.concat());
+        let mut b = Body::new(true, false);
+        let mut seen = Seen::default();
+        b.feed(text.as_bytes(), 1, &mut seen);
+        assert_eq!(seen.values, want());
+        assert_eq!(seen.events.len(), 3);
     }
 
     #[test]
