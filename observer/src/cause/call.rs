@@ -312,9 +312,13 @@ impl Call {
 }
 
 /// A Host header's (or `:authority`'s) name without its port: `--host
-/// api.test` finds `api.test:8080`.
+/// api.test` finds `api.test:8080`. An IPv6 literal keeps its brackets, and
+/// one without a port stays whole (not `[::1]` cut to `[:`).
 fn host_name(h: &str) -> &str {
-    h.rsplit_once(':').map_or(h, |(name, _)| name)
+    match h.rsplit_once(':') {
+        Some((name, _)) if !name.contains(':') || name.ends_with(']') => name,
+        _ => h,
+    }
 }
 
 fn direction(d: crate::record::Direction) -> &'static str {

@@ -125,6 +125,9 @@ fn an_http_request_reads_alike_with_its_hosts_port_dropped() {
     for (host, name) in [
         ("api.test", "api.test"),
         ("[2001:db8::9]:8443", "[2001:db8::9]"),
+        // Not cut at the address's last colon.
+        ("[2001:db8::9]", "[2001:db8::9]"),
+        ("2001:db8::9", "2001:db8::9"),
     ] {
         r.host = Some(host.into());
         assert_eq!(request_call(&r).host.as_deref(), Some(name), "{host}");
