@@ -6,6 +6,7 @@
 pub mod collect;
 pub mod only;
 pub mod pools;
+pub mod read;
 pub mod run;
 pub mod text;
 
