@@ -7,9 +7,10 @@ use observer_common::{Conn, AF_INET, DIR_INBOUND, DIR_OUTBOUND, FLAG_ESTABLISHED
 
 use crate::{
     clock::Clock,
-    dns::DnsJoin,
+    dns::{DnsJoin, DnsRecord},
     gpu::{history::GpuUse, GpuRecord},
     http::{GenAi, RequestRecord, RpcRecord, StreamStats},
+    pools::{Closes, PoolRecord},
     record::{ConnRecord, State},
     tls::{TlsRecord, TlsSource, TtfbSource},
 };
@@ -116,6 +117,16 @@ pub fn dns_join(name: &str) -> DnsJoin {
         joined_by: "answer",
         start_unix_ns: T0 - 13 * MS,
     }
+}
+
+/// The lookup's own record, as the DNS reader makes one.
+pub fn dns_record(pid: u32, name: &str, start_unix_ns: u64) -> DnsRecord {
+    let mut r = crate::dns::record::tests::rec(pid, pid, start_unix_ns, &["10.0.0.9"]);
+    r.name = Arc::from(name);
+    r.duration_ns = 12 * MS;
+    r.server = Some("10.0.0.53".into());
+    r.retries = Some(1);
+    r
 }
 
 /// One device at `pct`% at its busiest (no UUID: named by its place).
@@ -225,5 +236,30 @@ pub fn rpc() -> RpcRecord {
         request_messages: Some(1),
         response_messages: Some(1),
         time_to_first_message_ns: Some(28 * MS),
+    }
+}
+
+/// Pool `pid` -> 10.0.0.9:`port` at `t_ns` after [`T0`].
+pub fn pool(pid: u32, port: u16, t_ns: u64, open: u32, idle: u32, requests: u64) -> PoolRecord {
+    PoolRecord {
+        kind: "pool",
+        time_unix_ns: T0 + t_ns,
+        pid,
+        comm: Some(Arc::from("client")),
+        exe: None,
+        container: None,
+        peer_addr: "10.0.0.9".parse().expect("an address"),
+        peer_port: port,
+        server_name: Some(Arc::from("api.test")),
+        open,
+        busy: open - idle,
+        idle,
+        requests,
+        new_connections: u64::from(open),
+        new_connection_share: (requests > 0).then(|| open as f64 / requests as f64),
+        closed: Closes::default(),
+        requests_per_connection: None,
+        age_at_close_ns: None,
+        since_unix_ns: T0,
     }
 }

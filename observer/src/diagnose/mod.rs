@@ -35,3 +35,5 @@ pub struct DiagnoseArgs {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod typed_tests;

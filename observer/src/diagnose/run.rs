@@ -22,7 +22,7 @@ use crate::watch;
 
 /// What the end line says besides the verdicts.
 #[derive(Debug, Default)]
-struct Tally {
+pub(super) struct Tally {
     /// Lines of `--from FILE` that were not records.
     skipped_lines: u64,
 }
@@ -89,7 +89,7 @@ pub fn live(args: DiagnoseArgs) -> anyhow::Result<crate::stats::Summary> {
     rt.block_on(watch::run_with(watch_args, None, Some(consumer)))
 }
 
-fn report(
+pub(super) fn report(
     collector: Collector,
     args: &DiagnoseArgs,
     tally: &Tally,
