@@ -1,6 +1,7 @@
 //! What a verdict rests on: one call's phases, from a request record or a
-//! connection record, typed (the exporters) or as `watch --json` printed it
-//! (`diagnose`, live or `--from FILE`: one reading of both).
+//! connection record, typed (the exporters; `diagnose` live) or as `watch
+//! --json` printed it (`diagnose --from FILE`). `diagnose` reads both alike:
+//! a typed record gives the call its JSON gives.
 
 use serde_json::Value;
 
@@ -151,8 +152,9 @@ impl Call {
             server: None,
             retries: None,
         });
-        let host = text(&v["host"])
-            .map(|h| h.rsplit_once(':').map_or(h.clone(), |(n, _)| n.to_owned()))
+        let host = v["host"]
+            .as_str()
+            .map(|h| host_name(h).to_owned())
             .or_else(|| text(&tls["server_name"]))
             .or_else(|| dns.as_ref().map(|d| d.name.clone()));
         Some(Call {
@@ -213,38 +215,56 @@ impl Call {
         c
     }
 
-    /// A connection record, as the exporters hold it.
+    /// A connection record as `watch --json` prints it (`diagnose` live):
+    /// named by its TLS server name, else by its lookup.
     pub fn from_conn(r: &ConnRecord) -> Call {
         let mut c = Call {
             record: "connection",
+            direction: direction(r.direction),
+            pid: r.pid,
+            comm: r.comm.as_deref().map(str::to_owned),
+            host: r
+                .tls
+                .as_ref()
+                .and_then(|t| t.server_name.as_deref())
+                .or(r.dns.as_ref().map(|d| &*d.name))
+                .map(str::to_owned),
+            local_addr: ip_text(&r.local_addr),
+            local_port: r.local_port,
+            remote_addr: ip_text(&r.remote_addr),
+            remote_port: r.remote_port,
+            start_unix_ns: r.start_unix_ns,
             duration_ns: r.duration_ns.unwrap_or(0),
             ttfb_ns: r.answer_ttfb_ns(),
             ..Call::default()
         };
-        c.phases_of(r);
+        c.phases(r);
         c
     }
 
-    /// A request record, as the exporters hold it: a connection's first
-    /// request carries the connection's phases (its lookup, connect, TLS).
+    /// A request record as `watch --json` prints it, so that `diagnose`
+    /// reads the pipeline's records as it reads a recorded stream: the
+    /// request's own identity and phases. The connection it rode on
+    /// (`connection`, not printed) is left out: `diagnose` joins the
+    /// connection's own closed record, whose retransmits and error are the
+    /// whole connection's, not the first request's snapshot of them.
     pub fn from_request(r: &RequestRecord) -> Call {
-        let mut c = Call::default();
-        if let Some(conn) = &r.connection {
-            c.phases_of(conn);
-        }
+        let mut c = Call {
+            direction: direction(r.direction),
+            pid: r.pid,
+            comm: r.comm.as_deref().map(str::to_owned),
+            host: r.host.as_deref().map(|h| host_name(h).to_owned()),
+            local_addr: ip_text(&r.local_addr),
+            local_port: r.local_port,
+            remote_addr: ip_text(&r.remote_addr),
+            remote_port: r.remote_port,
+            method: r.method.clone(),
+            path: r.path.clone(),
+            status: r.status,
+            start_unix_ns: r.start_unix_ns,
+            ..Call::default()
+        };
         c.request_phases(r);
-        c.host = r.host.clone().or(c.host);
-        c.method = r.method.clone();
-        c.path = r.path.clone();
-        c.status = r.status;
-        c.start_unix_ns = r.start_unix_ns;
-        c.pid = r.pid;
-        c.comm = r.comm.as_deref().map(str::to_owned);
-        c.direction = direction(r.direction);
-        c.local_addr = ip_text(&r.local_addr);
-        c.local_port = r.local_port;
-        c.remote_addr = ip_text(&r.remote_addr);
-        c.remote_port = r.remote_port;
         c
     }
 
@@ -273,25 +293,6 @@ impl Call {
         }
     }
 
-    /// Phases and identity.
-    fn phases_of(&mut self, r: &ConnRecord) {
-        self.direction = direction(r.direction);
-        self.pid = r.pid;
-        self.comm = r.comm.as_deref().map(str::to_owned);
-        self.local_addr = ip_text(&r.local_addr);
-        self.local_port = r.local_port;
-        self.remote_addr = ip_text(&r.remote_addr);
-        self.remote_port = r.remote_port;
-        self.start_unix_ns = r.start_unix_ns;
-        self.host = r
-            .tls
-            .as_ref()
-            .and_then(|t| t.server_name.as_deref())
-            .or(r.dns.as_ref().map(|d| &*d.name))
-            .map(str::to_owned);
-        self.phases(r);
-    }
-
     fn phases(&mut self, r: &ConnRecord) {
         self.dns = r.dns.as_ref().map(|d| Lookup {
             name: d.name.to_string(),
@@ -307,6 +308,16 @@ impl Call {
         self.gpus = gpus_typed(r.gpu.as_ref());
         self.retransmits = r.retransmits;
         self.error = r.error.map(str::to_owned);
+    }
+}
+
+/// A Host header's (or `:authority`'s) name without its port: `--host
+/// api.test` finds `api.test:8080`. An IPv6 literal keeps its brackets, and
+/// one without a port stays whole (not `[::1]` cut to `[:`).
+fn host_name(h: &str) -> &str {
+    match h.rsplit_once(':') {
+        Some((name, _)) if !name.contains(':') || name.ends_with(']') => name,
+        _ => h,
     }
 }
 

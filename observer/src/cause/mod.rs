@@ -25,3 +25,8 @@ pub fn cause_of_request(r: &crate::http::RequestRecord) -> &'static str {
         rules::cause(&Call::phases_of_request(r), &Thresholds::default()).as_str()
     })
 }
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
+mod tests;

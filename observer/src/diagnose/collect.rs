@@ -7,8 +7,11 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::only::Only;
-use crate::cause::call::{Call, ServerSide};
+use super::{only::Only, read::Record};
+use crate::{
+    cause::call::{Call, ServerSide},
+    output::Line,
+};
 
 /// Records held at once; past it, further calls are counted, not kept (a
 /// diagnosis is for minutes of traffic, not days).
@@ -62,46 +65,37 @@ impl Collector {
     /// Takes one `watch --json` record. False: not a record `diagnose`
     /// reads (counted by the caller as a skipped line).
     pub fn add(&mut self, v: &Value) -> bool {
-        match v["kind"].as_str() {
-            Some("dns") => {
-                let (Some(pid), Some(name), Some(start)) = (
-                    v["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
-                    v["name"].as_str(),
-                    v["start_unix_ns"].as_u64(),
-                ) else {
-                    return false;
-                };
-                self.lookups
-                    .entry((pid, name.to_owned()))
-                    .or_default()
-                    .push((
-                        start,
-                        v["server"].as_str().map(str::to_owned),
-                        v["retries"].as_u64().and_then(|n| u32::try_from(n).ok()),
-                    ));
-                true
-            }
-            Some("request" | "connection") => {
-                let Some(c) = Call::from_json(v) else {
-                    return false;
-                };
-                // An open connection's snapshot: its closed record follows.
-                if v["state"] == "open" {
-                    return true;
-                }
-                if self.requests.len() + self.conns.len() >= MAX_RECORDS {
-                    self.not_kept += 1;
-                    return true;
-                }
-                if c.record == "request" {
-                    self.requests.push(c);
-                } else {
-                    self.conns.push(c);
-                }
-                true
-            }
-            Some("pool") => self.pools.add(v),
-            _ => false,
+        Record::from_json(v).map(|r| self.take(r)).is_some()
+    }
+
+    /// Takes one record of the live pipeline.
+    pub fn add_line(&mut self, line: &Line) {
+        self.take(Record::of_line(line));
+    }
+
+    /// Both readings end here: a line and its typed record are one
+    /// `Record`, so the live run and its saved stream cannot drift apart.
+    fn take(&mut self, r: Record) {
+        match r {
+            Record::Call(c) => self.keep(c),
+            Record::Snapshot => {}
+            Record::Lookup(l) => self.lookups.entry((l.pid, l.name)).or_default().push((
+                l.start_unix_ns,
+                l.server,
+                l.retries,
+            )),
+            Record::Pool(p) => self.pools.add(p),
+        }
+    }
+
+    /// Past [`MAX_RECORDS`] a call is counted, not kept.
+    fn keep(&mut self, c: Call) {
+        if self.requests.len() + self.conns.len() >= MAX_RECORDS {
+            self.not_kept += 1;
+        } else if c.record == "request" {
+            self.requests.push(c);
+        } else {
+            self.conns.push(c);
         }
     }
 

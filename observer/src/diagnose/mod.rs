@@ -6,6 +6,7 @@
 pub mod collect;
 pub mod only;
 pub mod pools;
+pub mod read;
 pub mod run;
 pub mod text;
 
@@ -34,3 +35,5 @@ pub struct DiagnoseArgs {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod typed_tests;

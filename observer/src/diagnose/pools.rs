@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::only::Only;
+use crate::{pools::PoolRecord, record::ip_text};
 
 /// Connections a pool must gain over the run.
 pub const MIN_GROWTH: u64 = 5;
@@ -27,7 +28,7 @@ pub const RATE_GROWTH: f64 = 1.5;
 /// is 360,000: past this they are counted, not kept).
 const MAX_SAMPLES: usize = 200_000;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Sample {
     t_ns: u64,
     open: u64,
@@ -95,43 +96,74 @@ pub struct PoolSamples {
     pub not_kept: u64,
 }
 
-fn u(v: &Value) -> Option<u64> {
-    v.as_u64()
+/// One pool record as the leak rule reads it, from the pipeline's record or
+/// from its `watch --json` line alike.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolSample {
+    pid: u32,
+    peer_addr: String,
+    peer_port: u16,
+    comm: Option<String>,
+    server_name: Option<String>,
+    sample: Sample,
+}
+
+impl PoolSample {
+    /// A pool record of the live pipeline.
+    pub fn of_record(r: &PoolRecord) -> PoolSample {
+        PoolSample {
+            pid: r.pid,
+            peer_addr: ip_text(&r.peer_addr),
+            peer_port: r.peer_port,
+            comm: r.comm.as_deref().map(str::to_owned),
+            server_name: r.server_name.as_deref().map(str::to_owned),
+            sample: Sample {
+                t_ns: r.time_unix_ns,
+                open: r.open.into(),
+                idle: r.idle.into(),
+                requests: r.requests,
+            },
+        }
+    }
+
+    /// Reads a `"kind": "pool"` line; None when it is not one.
+    pub fn from_json(v: &Value) -> Option<PoolSample> {
+        let u = |v: &Value| v.as_u64();
+        Some(PoolSample {
+            pid: u(&v["pid"]).and_then(|p| u32::try_from(p).ok())?,
+            peer_addr: v["peer_addr"].as_str()?.to_owned(),
+            peer_port: u(&v["peer_port"]).and_then(|p| u16::try_from(p).ok())?,
+            comm: v["comm"].as_str().map(str::to_owned),
+            server_name: v["server_name"].as_str().map(str::to_owned),
+            sample: Sample {
+                t_ns: u(&v["time_unix_ns"])?,
+                open: u(&v["open"])?,
+                idle: u(&v["idle"])?,
+                requests: u(&v["requests"])?,
+            },
+        })
+    }
 }
 
 impl PoolSamples {
-    /// Takes one `"kind": "pool"` record; false when it is not one.
-    pub fn add(&mut self, v: &Value) -> bool {
-        let (Some(pid), Some(addr), Some(port), Some(t_ns), Some(open), Some(idle), Some(requests)) = (
-            u(&v["pid"]).and_then(|p| u32::try_from(p).ok()),
-            v["peer_addr"].as_str(),
-            u(&v["peer_port"]).and_then(|p| u16::try_from(p).ok()),
-            u(&v["time_unix_ns"]),
-            u(&v["open"]),
-            u(&v["idle"]),
-            u(&v["requests"]),
-        ) else {
-            return false;
-        };
+    /// Takes one pool record.
+    pub fn add(&mut self, p: PoolSample) {
         if self.kept >= MAX_SAMPLES {
             self.not_kept += 1;
-            return true;
+            return;
         }
         self.kept += 1;
-        let s = self.by.entry((pid, addr.to_owned(), port)).or_default();
+        let s = self
+            .by
+            .entry((p.pid, p.peer_addr, p.peer_port))
+            .or_default();
         if s.comm.is_none() {
-            s.comm = v["comm"].as_str().map(str::to_owned);
+            s.comm = p.comm;
         }
-        if let Some(n) = v["server_name"].as_str() {
-            s.server_name = Some(n.to_owned());
+        if p.server_name.is_some() {
+            s.server_name = p.server_name;
         }
-        s.samples.push(Sample {
-            t_ns,
-            open,
-            idle,
-            requests,
-        });
-        true
+        s.samples.push(p.sample);
     }
 
     /// The pools that leak, of the processes `only` keeps.

@@ -18,11 +18,11 @@ use super::{
     DiagnoseArgs,
 };
 use crate::cause::{diagnose, Call, Cause, Diagnosis, Thresholds};
-use crate::{output::Line, watch};
+use crate::watch;
 
 /// What the end line says besides the verdicts.
 #[derive(Debug, Default)]
-struct Tally {
+pub(super) struct Tally {
     /// Lines of `--from FILE` that were not records.
     skipped_lines: u64,
 }
@@ -70,15 +70,7 @@ pub fn live(args: DiagnoseArgs) -> anyhow::Result<crate::stats::Summary> {
     let consumer: watch::Consumer = Box::new(move |mut rx| {
         let mut collector = Collector::default();
         while let Some(line) = rx.blocking_recv() {
-            let v = match &line {
-                Line::Conn(r) => serde_json::to_value(r),
-                Line::Dns(r) => serde_json::to_value(r),
-                Line::Request(r) => serde_json::to_value(r),
-                Line::Pool(r) => serde_json::to_value(r),
-            };
-            if let Ok(v) = v {
-                collector.add(&v);
-            }
+            collector.add_line(&line);
         }
         report(
             collector,
@@ -97,7 +89,7 @@ pub fn live(args: DiagnoseArgs) -> anyhow::Result<crate::stats::Summary> {
     rt.block_on(watch::run_with(watch_args, None, Some(consumer)))
 }
 
-fn report(
+pub(super) fn report(
     collector: Collector,
     args: &DiagnoseArgs,
     tally: &Tally,
