@@ -482,7 +482,10 @@ mod tests {
     /// after them, still read.
     #[test]
     fn long_field_names_are_skipped_and_the_events_after_them_read() {
-        let text = format!("retry_after_ms: 30\nid_of_the_event_here: 7\n{}", EVENTS.concat());
+        let text = format!(
+            "retry_after_ms: 30\nid_of_the_event_here: 7\n{}",
+            EVENTS.concat()
+        );
         let mut b = Body::new(true, false);
         let mut seen = Seen::default();
         b.feed(text.as_bytes(), 1, &mut seen);
