@@ -195,6 +195,9 @@ pub fn elf(data: &[u8]) {
     let _ = elf::symbol_offset(&path, "SSL_read");
     let _ = golang::inspect(&path);
     let _ = rustls::inspect(&path);
+    // Each run's file is its own (pid, thread): left behind, every test
+    // run would leave one in the temporary directory.
+    let _ = std::fs::remove_file(&path);
 }
 
 /// A Go executable's function table and build information, and the
@@ -219,7 +222,7 @@ pub fn config(data: &[u8]) {
 }
 
 /// The readers of executables take a path (they map the file): the input
-/// goes to one file per process, rewritten each time.
+/// goes to one file per process and thread, removed once read.
 fn scratch_file(data: &[u8]) -> Option<std::path::PathBuf> {
     let path = std::env::temp_dir().join(format!(
         "observer-fuzz-{}-{:?}.elf",
