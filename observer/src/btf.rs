@@ -31,6 +31,7 @@ pub enum BtfError {
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_TYPEDEF: u32 = 8;
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
     b.get(off..off + 4)
@@ -156,9 +157,14 @@ impl<'a> Types<'a> {
     }
 
     fn struct_named(&self, name: &str) -> Result<Option<u32>, BtfError> {
+        self.named(KIND_STRUCT, name)
+    }
+
+    /// The id of the first type of `kind` called `name`.
+    fn named(&self, kind: u32, name: &str) -> Result<Option<u32>, BtfError> {
         for (i, &pos) in self.starts.iter().enumerate() {
             let info = u32_at(self.types, pos + 4)?;
-            if (info >> 24) & 0x1f == KIND_STRUCT
+            if (info >> 24) & 0x1f == kind
                 && str_at(self.strings, u32_at(self.types, pos)?) == name.as_bytes()
             {
                 return Ok(Some(i as u32 + 1));
@@ -257,6 +263,29 @@ pub enum OffsetsError {
     /// `sock.sk_err` or `tcp_sock.srtt_us` is not where it can be read.
     #[error(transparent)]
     Member(BtfError),
+}
+
+/// Which of the tracepoints `names` the running kernel's BTF declares: each
+/// tracepoint's prototype is the typedef `btf_trace_<name>`, which is what a
+/// raw tracepoint program is handed. (Without tracefs this stands in for its
+/// format file.)
+pub fn raw_tracepoints_declared(names: &[&'static str]) -> Result<Vec<&'static str>, OffsetsError> {
+    let data = std::fs::read(Path::new(VMLINUX)).map_err(OffsetsError::Read)?;
+    let types = Types::parse(&data).map_err(OffsetsError::Parse)?;
+    declared_in(&types, names).map_err(OffsetsError::Parse)
+}
+
+fn declared_in(types: &Types, names: &[&'static str]) -> Result<Vec<&'static str>, BtfError> {
+    let mut out = Vec::new();
+    for &n in names {
+        if types
+            .named(KIND_TYPEDEF, &format!("btf_trace_{n}"))?
+            .is_some()
+        {
+            out.push(n);
+        }
+    }
+    Ok(out)
 }
 
 /// Reads both offsets from the running kernel's BTF.
@@ -409,6 +438,24 @@ mod tests {
         assert_eq!(
             member_offset(b"nope", "s", "a"),
             Err(BtfError::Malformed("bad magic"))
+        );
+    }
+
+    #[test]
+    fn running_kernel_declares_its_tracepoints() {
+        if !Path::new(VMLINUX).exists() {
+            assert!(std::env::var("CI").is_err(), "CI kernels have BTF");
+            eprintln!("SKIPPED: this kernel has no BTF");
+            return;
+        }
+        let names = [
+            "inet_sock_set_state",
+            "tcp_retransmit_skb",
+            "no_such_tracepoint",
+        ];
+        assert_eq!(
+            raw_tracepoints_declared(&names).expect("vmlinux"),
+            ["inet_sock_set_state", "tcp_retransmit_skb"]
         );
     }
 

@@ -15,7 +15,7 @@ use crate::{
     privileges::{CapabilityReport, Privileges},
     programs::{self, Feature, Program},
     tls::TlsReport,
-    tracefs,
+    tracefs::{self, Described},
 };
 
 #[derive(Debug, Default, Serialize)]
@@ -234,7 +234,10 @@ pub fn run(options: Options) -> Report {
             report.gpu = GpuReport::of(lib, &Gpus::open(lib));
         }
         Ok(obs) => {
-            report.tracefs = Some(obs.tracefs.display().to_string());
+            report.tracefs = Some(match &obs.described {
+                Described::Tracefs(p) => p.display().to_string(),
+                Described::BtfOnly { why, .. } => format!("none: {why}"),
+            });
             report.uprobes = Some(obs.probes.uprobe_mechanism());
             report.offsets = obs.offsets.as_ref().ok().cloned();
             report.offsets_error = obs.offsets.as_ref().err().map(ToString::to_string);

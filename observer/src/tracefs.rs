@@ -55,7 +55,11 @@ pub fn find_or_mount() -> Result<PathBuf, TracefsError> {
         let source = std::fs::read_dir(path.join("events"))
             .err()
             .unwrap_or_else(|| io::Error::other("events/ is missing"));
-        return Err(TracefsError::Unreadable { path, source });
+        // Not found: the mount table lists a tracefs that another mount
+        // hides (a container's own /sys); try mounting one as if none were.
+        if source.kind() != io::ErrorKind::NotFound {
+            return Err(TracefsError::Unreadable { path, source });
+        }
     }
     let target = Path::new(CANDIDATES[0]);
     let c = |s: &str| std::ffi::CString::new(s).expect("no NUL in literal");
@@ -121,6 +125,12 @@ pub enum LayoutError {
     /// A field we read is absent.
     #[error("tracepoint {tp} has no field `{field}`")]
     NoField { tp: String, field: &'static str },
+    /// A classic tracepoint attaches by the id tracefs gives.
+    #[error("tracepoint {tp} cannot attach without tracefs ({why})")]
+    NoTracefs { tp: String, why: String },
+    /// Without tracefs, a raw tracepoint's prototype is looked for in BTF.
+    #[error("tracepoint {tp} is not declared in the kernel's BTF ({why})")]
+    NotDeclared { tp: String, why: String },
     /// A field we read sits elsewhere or has another size.
     #[error("tracepoint {tp} field `{field}` is at offset {offset} size {size}, expected offset {want_offset} size {want_size}")]
     Moved {
@@ -131,6 +141,60 @@ pub enum LayoutError {
         want_offset: usize,
         want_size: usize,
     },
+}
+
+/// Where the tracepoints our programs use are described.
+#[derive(Debug, Clone)]
+pub enum Described {
+    /// tracefs: each tracepoint's id and record layout.
+    Tracefs(PathBuf),
+    /// No tracefs (`why`): a raw tracepoint attaches by name, and the kernel's
+    /// BTF declares its prototype (`btf_trace_<name>`), listed in `declared`
+    /// (empty without BTF); a classic tracepoint, which attaches by its
+    /// tracefs id, cannot.
+    BtfOnly {
+        why: String,
+        declared: Vec<&'static str>,
+    },
+}
+
+impl Described {
+    /// tracefs, found or mounted; else what BTF declares of `raw` (the raw
+    /// tracepoints the programs use).
+    pub fn find(raw: &[&'static str]) -> Described {
+        match find_or_mount() {
+            Ok(p) => Described::Tracefs(p),
+            Err(e) => Described::BtfOnly {
+                declared: crate::btf::raw_tracepoints_declared(raw).unwrap_or_default(),
+                why: e.to_string(),
+            },
+        }
+    }
+
+    pub fn tracefs(&self) -> Option<&Path> {
+        match self {
+            Described::Tracefs(p) => Some(p),
+            Described::BtfOnly { .. } => None,
+        }
+    }
+
+    /// Whether a program may go on the tracepoint of `layout` as our programs
+    /// read it: classic (`raw` false) or raw.
+    pub fn check(&self, layout: &Layout, raw: bool) -> Result<(), LayoutError> {
+        let tp = || format!("{}:{}", layout.category, layout.name);
+        match self {
+            Described::Tracefs(p) => check_layout(p, layout),
+            Described::BtfOnly { why, .. } if !raw => Err(LayoutError::NoTracefs {
+                tp: tp(),
+                why: why.clone(),
+            }),
+            Described::BtfOnly { declared, .. } if declared.contains(&layout.name) => Ok(()),
+            Described::BtfOnly { why, .. } => Err(LayoutError::NotDeclared {
+                tp: tp(),
+                why: why.clone(),
+            }),
+        }
+    }
 }
 
 /// Checks `layout` against the kernel's format file under `tracefs`.
@@ -225,6 +289,24 @@ print fmt: \"sk address = %p\", REC->sk
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn without_tracefs_only_declared_raw_tracepoints_pass() {
+        let d = Described::BtfOnly {
+            why: "not mounted".into(),
+            declared: vec!["sock_send_length"],
+        };
+        assert_eq!(d.check(&sock_send_length::LAYOUT, true), Ok(()));
+        assert!(matches!(
+            d.check(&sock_send_length::LAYOUT, false),
+            Err(LayoutError::NoTracefs { .. })
+        ));
+        assert!(matches!(
+            d.check(&inet_sock_set_state::LAYOUT, true),
+            Err(LayoutError::NotDeclared { .. })
+        ));
+        assert_eq!(d.tracefs(), None);
     }
 
     #[test]

@@ -46,7 +46,9 @@ pub struct ResolverFileReport {
 /// Places the resolver probes on the system's C library, once the DNS
 /// library programs are loaded (`library`: the program table's outcome),
 /// and reports both ways of seeing lookups; `wire`: the root cgroup the wire
-/// programs went on, or why not; None: `--dns-wire` is off.
+/// programs went on, or why not; None: `--dns-wire` is off. (Why the wire
+/// programs are off is the caller's to say: often the root cgroup's reason,
+/// said once for all the packet programs.)
 pub fn report(
     probes: &mut Probes,
     library: Result<(), &str>,
@@ -57,15 +59,11 @@ pub fn report(
         Err(e) => Err(LibraryError::Programs(e.to_owned())),
     };
     let (probed, error) = split(library);
-    let wire_on = wire.is_some();
     let wire = wire.unwrap_or(Err(WIRE_OFF));
     let (wire_probed, wire_error) =
         split(wire.map(|root| format!("port 53 on cgroup {}", root.display())));
     if let Some(e) = &error {
         tracing::warn!("library lookups not seen: {e}");
-    }
-    if let (true, Some(e)) = (wire_on, &wire_error) {
-        tracing::warn!("wire lookups not seen: {e}");
     }
     DnsReport {
         probed,

@@ -2,7 +2,6 @@
 //! maps) apart from attach (side effects), both public so tests reuse them.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::path::Path;
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray},
@@ -18,7 +17,7 @@ use observer_common::{
     TCP_COUNTERS_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
-use crate::tracefs;
+use crate::tracefs::Described;
 
 /// The eBPF object observer/build.rs built.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -66,9 +65,6 @@ pub enum LoadError {
     /// Not root and without CAP_BPF + CAP_PERFMON.
     #[error("{}", crate::privileges::NEEDS)]
     NotPrivileged,
-    /// tracefs could not be found or mounted.
-    #[error(transparent)]
-    Tracefs(#[from] tracefs::TracefsError),
     /// The object could not be loaded (maps could not be created).
     #[error("loading the eBPF object failed: {0}")]
     Object(#[from] aya::EbpfError),
@@ -95,7 +91,11 @@ pub struct Loaded {
 /// (the programs never observe the observer), the `sk_err` offset from BTF,
 /// whether records wait for the socket's destruction, and whether the packet
 /// programs read DNS messages.
-pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded, LoadError> {
+pub fn load(
+    opts: &LoadOptions,
+    dns_wire: bool,
+    described: &Described,
+) -> Result<Loaded, LoadError> {
     if !crate::privileges::Privileges::current().sufficient() {
         return Err(LoadError::NotPrivileged);
     }
@@ -116,8 +116,9 @@ pub fn load(opts: &LoadOptions, dns_wire: bool, tracefs: &Path) -> Result<Loaded
         .unwrap_or_default();
     let tcp_counters = offsets.as_ref().map(|o| o.tcp_counters).unwrap_or_default();
     let sock_tuple = offsets.as_ref().map(|o| o.sock_tuple).unwrap_or_default();
-    let emit_at_destroy =
-        tracefs::check_layout(tracefs, &tracepoints::tcp_destroy_sock::LAYOUT).is_ok();
+    let emit_at_destroy = described
+        .check(&tracepoints::tcp_destroy_sock::LAYOUT, true)
+        .is_ok();
     // Wake the reader at an eighth full: at 40 MB/s of events that is every
     // ~13 ms, well inside the ring even if the poll timer is late.
     let wakeup = u64::from(opts.ring_bytes / 8);

@@ -25,7 +25,7 @@ use super::uprobe_multi;
 use crate::{
     libraries::elf,
     programs::{self, Direction, Hook, Program},
-    tracefs,
+    tracefs::{self, Described},
 };
 
 /// Why a program could not be loaded or attached. The source (aya's error,
@@ -383,14 +383,14 @@ impl Probes {
         self.states.entry(name).or_default().attached += 1;
     }
 
-    /// A tracepoint program: its layout checked against tracefs, loaded,
-    /// attached.
+    /// A tracepoint program: its layout checked against tracefs (or, raw
+    /// and without tracefs, its prototype against BTF), loaded, attached.
     pub fn attach_tracepoint(
         &mut self,
         name: &'static str,
-        tracefs: &Path,
+        described: &Described,
     ) -> Result<(), ProbeError> {
-        let r = self.attach_tracepoint_inner(name, tracefs);
+        let r = self.attach_tracepoint_inner(name, described);
         let r = self.note(name, r);
         if r.is_ok() {
             self.attached(name);
@@ -401,16 +401,19 @@ impl Probes {
     fn attach_tracepoint_inner(
         &mut self,
         name: &'static str,
-        tracefs: &Path,
+        described: &Described,
     ) -> Result<(), ProbeError> {
         let hook = row(name)?.hook;
         let (Hook::TracePoint { layout } | Hook::RawTracePoint { layout }) = hook else {
             return Err(ProbeError::NotInObject(name));
         };
-        tracefs::check_layout(tracefs, &layout).map_err(|source| ProbeError::Layout {
-            program: name,
-            source,
-        })?;
+        let raw = matches!(hook, Hook::RawTracePoint { .. });
+        described
+            .check(&layout, raw)
+            .map_err(|source| ProbeError::Layout {
+                program: name,
+                source,
+            })?;
         self.load(name)?;
         let attach = |source| ProbeError::Attach {
             program: name,

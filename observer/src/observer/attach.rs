@@ -14,11 +14,12 @@ use crate::{
     dns,
     ebpf::{chain, ProbeError, Probes},
     programs::{self, Feature, Hook, Program},
+    tracefs::{Described, LayoutError},
 };
 
 /// What the handlers need besides the program.
 pub struct Context<'a> {
-    pub tracefs: &'a Path,
+    pub described: &'a Described,
     /// The kernel's BTF gave the socket layout the raw lifecycle program
     /// reads.
     pub sock_layout: bool,
@@ -57,6 +58,14 @@ impl Attached {
         }
     }
 
+    /// Why the root cgroup could not be opened, once a packet program asked.
+    pub fn root_error(&self) -> Option<&str> {
+        match &self.root {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// A program's outcome counts against every feature it serves.
     fn note(&mut self, p: &Program, r: Result<(), AttachError>) {
         let Err(e) = r else { return };
@@ -90,6 +99,20 @@ pub enum AttachError {
 impl AttachError {
     fn probe(e: ProbeError) -> Self {
         AttachError::Probe(Box::new(e))
+    }
+
+    /// A classic tracepoint without tracefs: said once, at start, for all.
+    fn no_tracefs(&self) -> bool {
+        matches!(
+            self,
+            AttachError::Probe(p) if matches!(
+                **p,
+                ProbeError::Layout {
+                    source: LayoutError::NoTracefs { .. },
+                    ..
+                }
+            )
+        )
     }
 }
 
@@ -141,17 +164,24 @@ fn on_tracepoint(
         Err(e)
     } else {
         probes
-            .attach_tracepoint(p.name, cx.tracefs)
+            .attach_tracepoint(p.name, cx.described)
             .map_err(AttachError::probe)
     };
     let Err(e) = r else { return Ok(()) };
     let Some(other) = programs::stand_in(p.name) else {
-        tracing::warn!(program = p.name, "lost: {}: {e}", p.gives);
+        if !e.no_tracefs() {
+            tracing::warn!(program = p.name, "lost: {}: {e}", p.gives);
+        }
         return Err(e);
     };
-    match probes.attach_tracepoint(other, cx.tracefs) {
+    match probes.attach_tracepoint(other, cx.described) {
         Ok(()) => {
-            tracing::warn!(program = p.name, "{e}; {other} stands in");
+            // Without the socket layout, the BTF reader's warning has said so.
+            if matches!(e, AttachError::NoSocketLayout) {
+                tracing::info!(program = p.name, "{e}; {other} stands in");
+            } else {
+                tracing::warn!(program = p.name, "{e}; {other} stands in");
+            }
             Ok(())
         }
         Err(source) => {
@@ -198,8 +228,9 @@ mod tests {
 
     #[test]
     fn without_dns_wire_only_the_wire_only_programs_stay_off() {
+        let described = Described::Tracefs("/nonexistent".into());
         let cx = |dns_wire| Context {
-            tracefs: Path::new("/nonexistent"),
+            described: &described,
             sock_layout: true,
             dns_wire,
             cgroup_root: None,

@@ -4,7 +4,7 @@
 //! `doctor` all start here, so doctor's verdict is the daemon's.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
 };
 
@@ -22,7 +22,7 @@ use crate::{
     privileges::Privileges,
     programs::{self, Feature, Program},
     tls::{self, TlsProbes, TlsReport},
-    tracefs,
+    tracefs::Described,
 };
 
 /// What to start.
@@ -47,7 +47,8 @@ pub struct Observer {
     /// C libraries the discovery handed to DNS (filled while running too).
     pub resolver_files: Arc<Mutex<Vec<ResolverFileReport>>>,
     pub gpus: Result<gpu::Gpus, gpu::nvml::NvmlUnavailable>,
-    pub tracefs: PathBuf,
+    /// tracefs, or why not and what BTF says instead.
+    pub described: Described,
     pub offsets: Result<KernelOffsets, OffsetsError>,
     pub emit_at_destroy: bool,
     pub options: Options,
@@ -62,8 +63,11 @@ impl Observer {
         if !Privileges::current().sufficient() {
             return Err(LoadError::NotPrivileged);
         }
-        let tracefs = tracefs::find_or_mount()?;
-        let loaded = ebpf::load(&options.load, options.dns_wire, &tracefs)?;
+        let described = Described::find(&raw_tracepoints());
+        if let Described::BtfOnly { why, declared } = &described {
+            warn_without_tracefs(why, declared);
+        }
+        let loaded = ebpf::load(&options.load, options.dns_wire, &described)?;
         let mut probes = Probes::new(loaded.ebpf);
         let sock_layout = loaded
             .offsets
@@ -72,7 +76,7 @@ impl Observer {
         let attached = attach::attach_table(
             &mut probes,
             &attach::Context {
-                tracefs: &tracefs,
+                described: &described,
                 sock_layout,
                 dns_wire: options.dns_wire,
                 cgroup_root: options.cgroup_root.as_deref(),
@@ -89,9 +93,7 @@ impl Observer {
             .on_cgroup(Feature::HttpPlain)
             .map(|root| format!("TCP payloads on cgroup {}", root.display()))
             .map_err(str::to_owned);
-        if let Err(e) = &http_plain {
-            tracing::warn!("plain HTTP requests not seen: {e}");
-        }
+        warn_packets_off(&attached, &http_plain, &dns, options.dns_wire);
         let resolver_files = Arc::new(Mutex::new(Vec::new()));
         let found = Arc::clone(&resolver_files);
         let mut tls = TlsProbes::new(
@@ -101,7 +103,7 @@ impl Observer {
                 .feature(Feature::TlsHandshakes)
                 .and(attached.feature(Feature::TlsPlaintext)),
             Path::new("/proc"),
-            &tracefs,
+            described.tracefs(),
             Box::new(move |probes, path, shown| {
                 let r = dns::attach_resolver_file(probes, path, shown);
                 if let Ok(mut f) = found.lock() {
@@ -118,7 +120,7 @@ impl Observer {
             http_plain,
             resolver_files,
             gpus,
-            tracefs,
+            described,
             offsets: loaded.offsets,
             emit_at_destroy: loaded.emit_at_destroy,
             options,
@@ -145,7 +147,6 @@ impl Observer {
                 .map_err(ToString::to_string),
             options: &self.options,
             emit_at_destroy: self.emit_at_destroy,
-            tracefs: &self.tracefs,
         };
         view.features()
     }
@@ -170,6 +171,64 @@ impl Observer {
             self.features().line()
         )
     }
+}
+
+/// Why plain HTTP and wire lookups are not seen, once: without a root
+/// cgroup, one line for every packet program.
+fn warn_packets_off(
+    attached: &attach::Attached,
+    http_plain: &Result<String, String>,
+    dns: &DnsReport,
+    dns_wire: bool,
+) {
+    if let Some(e) = attached.root_error() {
+        tracing::warn!(
+            "{e}: plain HTTP requests{}, and connections' first bytes and inbound owners are \
+             not seen",
+            if dns_wire { ", wire DNS lookups" } else { "" }
+        );
+        return;
+    }
+    if let Err(e) = http_plain {
+        tracing::warn!("plain HTTP requests not seen: {e}");
+    }
+    if let (true, Some(e)) = (dns_wire, &dns.wire_error) {
+        tracing::warn!("wire lookups not seen: {e}");
+    }
+}
+
+/// The tracepoints the table's raw programs go on.
+fn raw_tracepoints() -> Vec<&'static str> {
+    programs::PROGRAMS
+        .iter()
+        .filter_map(|p| match p.hook {
+            programs::Hook::RawTracePoint { layout } => Some(layout.name),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Without tracefs, one line says what goes and what stays: the raw
+/// tracepoints attach by name (their prototypes checked in BTF), classic
+/// ones and per-process TLS probes (defined in tracefs) cannot.
+fn warn_without_tracefs(why: &str, declared: &[&str]) {
+    let raw = raw_tracepoints();
+    let lost: Vec<String> = programs::PROGRAMS
+        .iter()
+        .filter(|p| matches!(p.hook, programs::Hook::TracePoint { .. }))
+        .filter(|p| !programs::is_stand_in(p.name))
+        .map(|p| format!("{} ({})", p.name, p.gives))
+        .chain(std::iter::once(
+            "per-process TLS plaintext probes (busy processes keep library-wide ones)".into(),
+        ))
+        .collect();
+    tracing::warn!(
+        "{why}; without it {} of {} raw tracepoints go on, checked against the kernel's BTF, \
+         and these are lost: {}",
+        declared.len(),
+        raw.len(),
+        lost.join("; ")
+    );
 }
 
 /// Is a program required under this kernel's choices?
@@ -207,7 +266,6 @@ pub struct View<'a> {
     pub gpus: Result<u32, String>,
     pub options: &'a Options,
     pub emit_at_destroy: bool,
-    pub tracefs: &'a Path,
 }
 
 impl View<'_> {

@@ -7,7 +7,6 @@
 //! flush, and the summary is counted.
 
 use std::{
-    path::PathBuf,
     sync::{mpsc::SyncSender, Arc, Mutex},
     thread::JoinHandle,
     time::Duration,
@@ -102,7 +101,6 @@ struct Remains {
     http_plain: Result<String, String>,
     resolver_files: Arc<Mutex<Vec<ResolverFileReport>>>,
     gpu_devices: Result<u32, String>,
-    tracefs: PathBuf,
     emit_at_destroy: bool,
     options: super::Options,
 }
@@ -127,7 +125,6 @@ impl Observer {
             http_plain,
             resolver_files,
             gpus,
-            tracefs,
             emit_at_destroy,
             options,
             ..
@@ -188,7 +185,6 @@ impl Observer {
             http_plain,
             resolver_files,
             gpu_devices,
-            tracefs,
             emit_at_destroy,
             options,
         };
@@ -234,7 +230,6 @@ impl Running {
             gpus: remains.gpu_devices.clone(),
             options: &remains.options,
             emit_at_destroy: remains.emit_at_destroy,
-            tracefs: &remains.tracefs,
         }
         .features();
         let parts = summary::Parts {

@@ -169,7 +169,7 @@ impl TlsProbes {
         settings: Settings,
         programs: Result<(), &str>,
         proc_root: &Path,
-        tracefs: &Path,
+        tracefs: Option<&Path>,
         on_c_library: OnCLibrary,
     ) -> Self {
         let report = TlsReport {

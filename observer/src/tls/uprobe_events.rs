@@ -45,7 +45,8 @@ struct TraceEvent {
 }
 
 pub struct UprobeEvents {
-    tracefs: PathBuf,
+    /// None: no tracefs, so no uprobe events (each definition fails).
+    tracefs: Option<PathBuf>,
     group: String,
     next: u32,
     events: Vec<TraceEvent>,
@@ -77,6 +78,8 @@ pub enum UprobeEventError {
     },
     #[error("unknown uprobe event")]
     Unknown,
+    #[error("uprobe events are defined in tracefs, which is not available")]
+    NoTracefs,
 }
 
 /// The failed call's errno, named.
@@ -99,9 +102,9 @@ pub fn writable(tracefs: &Path) -> Result<(), UprobeEventError> {
 impl UprobeEvents {
     /// Events go in group `observer_<pid>`; groups left by observers that
     /// died without cleaning up are removed.
-    pub fn new(tracefs: &Path) -> Self {
+    pub fn new(tracefs: Option<&Path>) -> Self {
         let me = Self {
-            tracefs: tracefs.to_owned(),
+            tracefs: tracefs.map(Path::to_owned),
             group: format!("observer_{}", std::process::id()),
             next: 0,
             events: Vec::new(),
@@ -111,7 +114,11 @@ impl UprobeEvents {
     }
 
     fn control(&self, line: &str) -> Result<(), UprobeEventError> {
-        let path = self.tracefs.join("uprobe_events");
+        let path = self
+            .tracefs
+            .as_ref()
+            .ok_or(UprobeEventError::NoTracefs)?
+            .join("uprobe_events");
         let mut f = match OpenOptions::new().append(true).open(&path) {
             Ok(f) => f,
             Err(source) => return Err(UprobeEventError::Open { path, source }),
@@ -125,7 +132,8 @@ impl UprobeEvents {
     }
 
     fn remove_stale(&self) {
-        let Ok(text) = std::fs::read_to_string(self.tracefs.join("uprobe_events")) else {
+        let Some(tracefs) = &self.tracefs else { return };
+        let Ok(text) = std::fs::read_to_string(tracefs.join("uprobe_events")) else {
             return;
         };
         for line in text.lines() {
@@ -171,6 +179,8 @@ impl UprobeEvents {
         self.control(&format!("{kind}:{}/{name} {shown}:{offset:#x}", self.group))?;
         let id_path = self
             .tracefs
+            .as_ref()
+            .ok_or(UprobeEventError::NoTracefs)?
             .join("events")
             .join(&self.group)
             .join(&name)

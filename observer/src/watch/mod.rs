@@ -85,7 +85,9 @@ pub async fn run_with(
     obs.verdict()?;
     if let Err(e) = &obs.offsets {
         tracing::warn!(
-            "no socket field offsets ({e}): \"timeout\"/\"unreachable\" errors and RTTs are lost"
+            "no socket field offsets ({e}): connections are read from the classic tracepoint \
+             record (lost while another tracing program runs on the same CPU), and \
+             \"timeout\"/\"unreachable\" errors and RTTs are lost"
         );
     }
     obs.run(stop, how_to_run(&args, export, consumer)).await
