@@ -10,6 +10,7 @@
 
 mod dns_ns;
 pub mod otlp;
+pub mod programs;
 pub mod tmux;
 pub use dns_ns::{Asked, DnsNs};
 
@@ -392,6 +393,13 @@ impl Watch {
 
     pub fn stop(self) -> Watched {
         self.stop_with(libc::SIGTERM)
+    }
+
+    /// `kill -9`: no clean-up of its own; what it printed is dropped (a
+    /// line may be cut short).
+    pub fn kill(mut self) -> ExitStatus {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap()
     }
 
     /// Waits for the process to exit by itself (e.g. `--duration`).
@@ -809,6 +817,21 @@ pub fn tls_server(cert: &Cert, mode: &str, hs_ms: u32, answer_ms: u32) -> Helper
             .args(["--mode", mode])
             .args(["--handshake-delay-ms", &hs_ms.to_string()])
             .args(["--answer-delay-ms", &answer_ms.to_string()]),
+    )
+}
+
+/// nginx with h2 over TLS on `port` and cleartext h2 (prior knowledge) on
+/// `plain`, proxying to `backend`.
+pub fn nginx_h2(cert: &Cert, port: u16, plain: u16, backend: u16) -> Nginx {
+    let d = cert.dir.display();
+    Nginx::start(
+        &cert.dir,
+        &format!(
+            " server {{\n  listen 127.0.0.1:{port} ssl http2;\n  listen 127.0.0.1:{plain} http2;\n\
+             ssl_certificate {d}/cert.pem;\n  ssl_certificate_key {d}/key.pem;\n\
+             location / {{ proxy_pass http://127.0.0.1:{backend}; }}\n }}\n"
+        ),
+        port,
     )
 }
 

@@ -32,21 +32,6 @@ fn ms_of(v: &Value) -> f64 {
         .unwrap_or_else(|| panic!("not a number of ns: {v}")))
 }
 
-/// nginx with h2 over TLS on `port` and cleartext h2 (prior knowledge) on
-/// `plain`, proxying to `backend`.
-fn nginx_h2(cert: &Cert, port: u16, plain: u16, backend: u16) -> Nginx {
-    let d = cert.dir.display();
-    Nginx::start(
-        &cert.dir,
-        &format!(
-            " server {{\n  listen 127.0.0.1:{port} ssl http2;\n  listen 127.0.0.1:{plain} http2;\n\
-             ssl_certificate {d}/cert.pem;\n  ssl_certificate_key {d}/key.pem;\n\
-             location / {{ proxy_pass http://127.0.0.1:{backend}; }}\n }}\n"
-        ),
-        port,
-    )
-}
-
 /// nginx terminating h2 (TLS on `port`, cleartext on `plain`) in front of
 /// the tests' LLM server waiting FIRST_MS before each answer. Dropped in
 /// field order: nginx before the files it reads.
