@@ -824,3 +824,98 @@ fn a_library_only_another_mount_namespace_sees() {
         assert_eq!(r["tls"]["library"], "openssl", "{r:#}");
     }
 }
+
+/// A probed libssl replaced on disk while in use, as a package upgrade does
+/// (a new file renamed over the old path): a process that mapped the old
+/// file keeps using it (deleted, still probed) and one started after maps
+/// the new file (probed as a file of its own); both get their connections'
+/// TLS records. Once no process maps the old file, its probes come off at
+/// the next full scan of the processes (every 10 s): no probe outlives it.
+#[test]
+fn a_library_replaced_on_disk_while_in_use() {
+    let Some(_serial) = begin("replaced_tls", &["openssl", "python3"]) else {
+        return;
+    };
+    let libdir = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+    ]
+    .iter()
+    .find(|d| std::path::Path::new(d).join("libssl.so.3").exists())
+    .expect("libssl.so.3 (Debian's libssl3) on this machine");
+    let cert = Cert::new();
+    let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
+    let lib = cert.dir.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let ssl = lib.join("libssl.so.3");
+    std::fs::copy(format!("{libdir}/libssl.so.3"), &ssl).unwrap();
+    let inode =
+        |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let client = |wait_for: Option<&std::path::Path>| {
+        let mut cmd = Command::new("python3");
+        cmd.arg(helper("tls_client.py"))
+            .args(["--port", &server.port.to_string(), "--connections", "2"])
+            .env("LD_LIBRARY_PATH", &lib)
+            .stdout(Stdio::piped());
+        if let Some(go) = wait_for {
+            cmd.arg("--wait-for").arg(go);
+        }
+        cmd.spawn().unwrap()
+    };
+    // The old file: mapped (ssl imported), used only after the upgrade.
+    let go = cert.dir.join("go");
+    let mut old = client(Some(&go));
+    let mut old_lines = BufReader::new(old.stdout.take().unwrap()).lines();
+    assert_eq!(old_lines.next().unwrap().unwrap(), "WAITING");
+    let old_inode = inode(&ssl);
+    // The upgrade: a new file renamed over the old path.
+    let staged = lib.join("libssl.so.3.new");
+    std::fs::copy(&ssl, &staged).unwrap();
+    std::fs::rename(&staged, &ssl).unwrap();
+    let new_inode = inode(&ssl);
+    assert_ne!(old_inode, new_inode);
+    let new = client(None).wait_with_output().unwrap();
+    assert!(new.status.success());
+    let new_results: Vec<Value> = String::from_utf8(new.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    std::fs::write(&go, b"").unwrap();
+    let old_results: Vec<Value> = old_lines
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(old.wait().unwrap().success());
+    assert_eq!((old_results.len(), new_results.len()), (2, 2));
+    // The next full scan finds the old file mapped by no process.
+    std::thread::sleep(std::time::Duration::from_millis(11_500));
+    let out = w.stop();
+    for r in python_connections_agree("the old file", &out, &old_results, 1.0)
+        .into_iter()
+        .chain(python_connections_agree(
+            "the new file",
+            &out,
+            &new_results,
+            1.0,
+        ))
+    {
+        assert_eq!(r["tls"]["library"], "openssl", "{r:#}");
+    }
+    let files = out.summary()["tls"]["files"].as_array().unwrap().clone();
+    let entry = |ino: u64| {
+        files
+            .iter()
+            .find(|f| f["path"] == json!(ssl.display().to_string()) && f["inode"] == json!(ino))
+            .unwrap_or_else(|| panic!("inode {ino} of {} not probed: {files:#?}", ssl.display()))
+    };
+    let (o, n) = (entry(old_inode), entry(new_inode));
+    for f in [o, n] {
+        assert!(f["probes"].as_u64() > Some(0), "{f:#}");
+        assert_eq!(f["errors"], json!([]), "{f:#}");
+    }
+    assert_eq!(o["released"], true, "the old file's probes came off: {o:#}");
+    assert_eq!(n["released"], false, "the new file stays probed: {n:#}");
+    assert!(out.summary()["tls"]["files_released"].as_u64() >= Some(1));
+}

@@ -66,6 +66,9 @@ struct TlsFile {
     /// process, its new processes are held at exec for their probes.
     executable: bool,
     report: usize,
+    /// A library's handshake probes, for all processes (a Go executable's
+    /// are GoFiles').
+    handshake: Vec<(&'static str, UprobeLink)>,
     /// The all-process plaintext probes (empty: the file is per process).
     all: Vec<(&'static str, UprobeLink)>,
     /// The busy processes that made it per process.
@@ -228,9 +231,11 @@ impl TlsProbes {
         let Ok(pids) = discovery::running_pids(&self.proc_root, std::process::id()) else {
             return;
         };
+        let mut mapped = HashSet::new();
         for pid in pids {
-            self.scan(probes, pid);
+            mapped.extend(self.scan(probes, pid).into_iter().map(|m| m.id));
         }
+        self.release_unreachable(probes, &mapped);
         // Processes whose exit we missed are not followed.
         let gone: Vec<u32> = self
             .procs
@@ -242,6 +247,44 @@ impl TlsProbes {
             self.forget(probes, pid);
         }
         self.last_full_scan = Instant::now();
+    }
+
+    /// A library replaced or removed on disk (a package upgrade renames a
+    /// new file over the old path) stays probed while a process maps the old
+    /// one; once none does (`mapped`: every process's TLS files now) and our
+    /// path no longer reaches it, its probes come off, so no probe outlives
+    /// its file (each also holds the deleted file's inode). A process that
+    /// maps it again gets it considered afresh.
+    fn release_unreachable(&mut self, probes: &mut Probes, mapped: &HashSet<FileId>) {
+        let gone: Vec<FileId> = self
+            .files
+            .iter()
+            .filter(|(id, f)| {
+                f.as_ref().is_some_and(|f| {
+                    !f.executable && !mapped.contains(*id) && !same_file(&f.attach, **id)
+                })
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            let Some(Some(mut file)) = self.files.remove(&id) else {
+                continue;
+            };
+            for f in self.procs.values_mut() {
+                f.probes.remove(&id);
+            }
+            let mut links = std::mem::take(&mut file.handshake);
+            links.append(&mut file.all);
+            probes.detach_uprobes_now(links);
+            if let Some(r) = self.report.files.get_mut(file.report) {
+                r.released = true;
+            }
+            self.report.files_released += 1;
+            tracing::info!(
+                "TLS: {} is no longer on disk nor mapped: its probes are off",
+                file.attach.display()
+            );
+        }
     }
 
     /// Looks at the files `pid` maps (a new one gets its probes); returns
@@ -320,9 +363,13 @@ impl TlsProbes {
             }
         };
         let mut report = TlsFileReport::new(shown, image.library, id);
+        let mut handshake = Vec::new();
         for site in sites(&image, Feature::TlsHandshakes) {
             match site.attach_all(probes, path) {
-                Ok(_) => report.probes += 1,
+                Ok(link) => {
+                    report.probes += 1;
+                    handshake.push((site.program, link));
+                }
                 Err(e) => {
                     self.report.attach_errors += 1;
                     report.errors.push(chain(&e));
@@ -338,6 +385,9 @@ impl TlsProbes {
         self.report.files.push(report);
         let plaintext_sites = sites(&image, Feature::TlsPlaintext);
         self.add_file(probes, id, path, plaintext_sites, false);
+        if let Some(Some(file)) = self.files.get_mut(&id) {
+            file.handshake = handshake;
+        }
     }
 
     /// A TLS file whose handshake probes are placed and reported (the last
@@ -355,6 +405,7 @@ impl TlsProbes {
             plaintext_sites,
             executable,
             report: self.report.files.len() - 1,
+            handshake: Vec::new(),
             all: Vec::new(),
             busy: HashSet::new(),
             plaintext: None,

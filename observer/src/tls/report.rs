@@ -53,6 +53,9 @@ pub struct TlsReport {
     pub files_unreadable: u64,
     /// Times a file went per process for a busy process on it.
     pub files_per_process_total: u64,
+    /// Files whose probes came off: replaced or removed on disk, and
+    /// mapped by no process.
+    pub files_released: u64,
     /// Go executables seen: probed, or why not.
     pub go_executables: Vec<GoExecutableReport>,
     /// Go executables beyond the listed ones.
@@ -93,6 +96,9 @@ pub struct TlsFileReport {
     /// false: for all processes.
     pub per_process: bool,
     pub errors: Vec<String>,
+    /// Replaced or removed on disk, and mapped by no process: its probes
+    /// came off (a process that maps it again gets a new entry).
+    pub released: bool,
 }
 
 impl TlsFileReport {
@@ -106,6 +112,7 @@ impl TlsFileReport {
             probes: 0,
             per_process: false,
             errors: Vec::new(),
+            released: false,
         }
     }
 }
