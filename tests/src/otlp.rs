@@ -31,6 +31,9 @@ use crate::Cert;
 pub struct Received {
     pub traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
     pub metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+    /// Every byte the OTLP/HTTP receiver read (request lines, headers and
+    /// bodies as they came), for tests that search all of it.
+    pub raw: Arc<Mutex<Vec<u8>>>,
 }
 
 #[tonic::async_trait]
@@ -144,11 +147,13 @@ pub fn http_receiver() -> (Received, u16) {
             let mut reader = BufReader::new(s.try_clone().unwrap());
             let mut line = String::new();
             reader.read_line(&mut line).unwrap();
+            r.raw.lock().unwrap().extend_from_slice(line.as_bytes());
             let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
             let mut len = 0;
             loop {
                 let mut h = String::new();
                 reader.read_line(&mut h).unwrap();
+                r.raw.lock().unwrap().extend_from_slice(h.as_bytes());
                 if h == "\r\n" || h.is_empty() {
                     break;
                 }
@@ -158,6 +163,7 @@ pub fn http_receiver() -> (Received, u16) {
             }
             let mut body = vec![0; len];
             reader.read_exact(&mut body).unwrap();
+            r.raw.lock().unwrap().extend_from_slice(&body);
             match path.as_str() {
                 "/v1/traces" => r
                     .traces

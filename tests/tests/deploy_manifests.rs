@@ -279,6 +279,7 @@ fn manifests_render_and_pass_the_kubernetes_schemas() {
                 "ConfigMap",
                 "DaemonSet",
                 "Namespace",
+                "NetworkPolicy",
                 "Service",
                 "ServiceAccount"
             ]),
@@ -308,7 +309,7 @@ fn manifests_render_and_pass_the_kubernetes_schemas() {
         // Every object of every variant was checked.
         assert_eq!(
             said.matches(" passed for resource ").count(),
-            5 * VARIANTS.len(),
+            6 * VARIANTS.len(),
             "{said}"
         );
     }
@@ -417,6 +418,31 @@ fn daemonset_runs_on_every_node_with_the_capability_file_and_no_more() {
         assert_eq!(sp["name"], "metrics", "{v}");
         assert_eq!(sp["port"], 9464, "{v}");
         assert_eq!(port_of(c, &sp["targetPort"]), 9464, "{v}");
+        // Least exposure: no port on the node, and the pods take nothing
+        // but the metrics port, from Prometheus (the kubelet's probes come
+        // from the node, which a NetworkPolicy always admits).
+        for p in c["ports"].as_array().unwrap() {
+            assert!(p["hostPort"].is_null(), "{v}: a port on the node: {p}");
+        }
+        let np = one(&objects, "NetworkPolicy");
+        assert_eq!(
+            np["spec"]["podSelector"]["matchLabels"], ds["spec"]["template"]["metadata"]["labels"],
+            "{v}"
+        );
+        assert_eq!(strings(&np["spec"]["policyTypes"]), ["Ingress"], "{v}");
+        let rules = np["spec"]["ingress"].as_array().unwrap();
+        assert_eq!(rules.len(), 1, "{v}: {rules:#?}");
+        let ports = rules[0]["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 1, "{v}: {ports:#?}");
+        assert_eq!(port_of(c, &ports[0]["port"]), 9464, "{v}");
+        let from = rules[0]["from"].as_array().unwrap();
+        assert!(
+            !from.is_empty()
+                && from
+                    .iter()
+                    .all(|f| f["ipBlock"].is_null() && !f["podSelector"]["matchLabels"].is_null()),
+            "{v}: only labelled pods: {from:#?}"
+        );
         // The DaemonSet's selector picks its own pods, under its service account.
         for (k, val) in ds["spec"]["selector"]["matchLabels"].as_object().unwrap() {
             assert_eq!(&ds["spec"]["template"]["metadata"]["labels"][k], val, "{v}");

@@ -4,6 +4,8 @@
 //
 // gotls server -port P -cert C -key K -hs-delay-ms H -answer-delay-ms A
 //
+//	[-reply TEXT] [-set-cookie VALUE]
+//
 //	HTTP/2 over TLS by default, HTTP/1.1 to clients that offer only that.
 //	Sleeps H ms inside each handshake (in tls.Config.GetConfigForClient,
 //	which runs once the ClientHello is read), and A ms before each answer's
@@ -11,18 +13,23 @@
 //	OpenAI-style chat completion (not streamed) for the body's "model",
 //	answered as model + "-served", usage prompt_tokens = the body's length
 //	% 1000, completion_tokens = 7. Prints "PORT <n>" once listening (what
-//	tests/src/lib.rs HelperServer reads); serves until killed.
+//	tests/src/lib.rs HelperServer reads); serves until killed. -reply: the
+//	completion's text (default "hello from go"); -set-cookie: a Set-Cookie
+//	header on every answer (tests/tests/secrets.rs).
 //
 // gotls client -url URL -n N [-h1] [-prefix /p] [-path P] [-post-json BODY]
 //
-//	[-connect HOST:PORT] [-pause-ms M] [-stop-file F]
+//	[-connect HOST:PORT] [-pause-ms M] [-stop-file F] [-header "Name: value"]...
+//	[-expect TEXT]
 //	N sequential requests on one kept-alive connection (http.Transport,
 //	any certificate trusted; HTTP/2 unless -h1). Paths: prefix + "/0",
 //	"/1", ...; -path: that path for every request. -post-json: POST that
 //	body (application/json) instead of GET. -connect: dial that address
 //	whatever the URL's host (which still goes out as the SNI and the
 //	Host/:authority). -pause-ms: a wait after each request. -stop-file:
-//	stop before a request once that file exists.
+//	stop before a request once that file exists. -header (repeatable): a
+//	request header. -expect: each line also says whether the answer's body
+//	held TEXT ("replied").
 //
 //	One JSON line per request, its times (ns) by Go's monotonic clock:
 //	{"path", "proto", "status", "tls_handshake_ns" (TLSHandshakeStart to
@@ -48,6 +55,7 @@ import (
 	"net/http/httptrace"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -76,6 +84,8 @@ func server(args []string) {
 	key := fs.String("key", "", "private key (PEM)")
 	hsDelay := fs.Int("hs-delay-ms", 0, "wait inside each handshake (ms)")
 	answerDelay := fs.Int("answer-delay-ms", 0, "wait before each answer (ms)")
+	reply := fs.String("reply", "hello from go", "the chat completion's text")
+	setCookie := fs.String("set-cookie", "", "a Set-Cookie header on every answer")
 	fs.Parse(args)
 
 	mux := http.NewServeMux()
@@ -87,13 +97,16 @@ func server(args []string) {
 		time.Sleep(time.Duration(*answerDelay) * time.Millisecond)
 		var out []byte
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions" {
-			out = completion(body)
+			out = completion(body, *reply)
 		} else {
 			sni := ""
 			if r.TLS != nil {
 				sni = r.TLS.ServerName
 			}
 			out, _ = json.Marshal(map[string]string{"path": r.URL.Path, "server_name": sni})
+		}
+		if *setCookie != "" {
+			w.Header().Set("Set-Cookie", *setCookie)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(out)))
@@ -121,7 +134,7 @@ func server(args []string) {
 }
 
 // completion answers an OpenAI chat completion request body.
-func completion(body []byte) []byte {
+func completion(body []byte, reply string) []byte {
 	var req struct {
 		Model string `json:"model"`
 	}
@@ -134,7 +147,7 @@ func completion(body []byte) []byte {
 		"model":   req.Model + "-served",
 		"choices": []interface{}{map[string]interface{}{
 			"index":         0,
-			"message":       map[string]string{"role": "assistant", "content": "hello from go"},
+			"message":       map[string]string{"role": "assistant", "content": reply},
 			"finish_reason": "stop",
 		}},
 		"usage": map[string]int{
@@ -162,7 +175,14 @@ type line struct {
 	InputTokens        *int   `json:"input_tokens,omitempty"`
 	OutputTokens       *int   `json:"output_tokens,omitempty"`
 	FinishReason       string `json:"finish_reason,omitempty"`
+	Replied            *bool  `json:"replied,omitempty"`
 }
+
+// headerFlags collects repeated -header flags.
+type headerFlags []string
+
+func (h *headerFlags) String() string     { return fmt.Sprint(*h) }
+func (h *headerFlags) Set(v string) error { *h = append(*h, v); return nil }
 
 func client(args []string) {
 	fs := flag.NewFlagSet("client", flag.ExitOnError)
@@ -175,6 +195,9 @@ func client(args []string) {
 	connect := fs.String("connect", "", "dial this host:port instead of the URL's")
 	pause := fs.Int("pause-ms", 0, "wait after each request (ms)")
 	stopFile := fs.String("stop-file", "", "stop before a request once this file exists")
+	var headers headerFlags
+	fs.Var(&headers, "header", "a request header, \"Name: value\" (repeatable)")
+	expect := fs.String("expect", "", "say whether each answer held this text")
 	fs.Parse(args)
 
 	// The common start of every time printed (monotonic: time.Since).
@@ -240,6 +263,10 @@ func client(args []string) {
 		if *postJSON != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
+		for _, h := range headers {
+			name, value, _ := strings.Cut(h, ":")
+			req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+		}
 		l.StartUnixNs = time.Now().UnixNano()
 		start := since()
 		resp, err := c.Do(req)
@@ -258,6 +285,10 @@ func client(args []string) {
 		}
 		if wrote != 0 && firstByte >= wrote {
 			l.WroteToFirstByteNs = firstByte - wrote
+		}
+		if *expect != "" {
+			replied := bytes.Contains(answer, []byte(*expect))
+			l.Replied = &replied
 		}
 		var chat struct {
 			Model   string `json:"model"`

@@ -6,7 +6,10 @@
 //! own clock: the call's start (wall clock) and the time to the answer's
 //! header (a monotonic timer around `send()`, which returns at the header).
 //! `--resolve NAME=IP` sends NAME's requests to IP (the URL names NAME, so
-//! the ClientHello carries it).
+//! the ClientHello carries it). For tests/secrets.rs: `--path P` requests P
+//! (with its query) instead, `--body B` POSTs B (application/json) there,
+//! `--header "Name: value"` (repeatable) adds a header, and `--expect TEXT`
+//! adds `"replied"`: whether the answer's body held TEXT.
 #![expect(clippy::unwrap_used, reason = "a test helper: a panic is a failure")]
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -17,6 +20,8 @@ async fn main() {
         (String::new(), String::new(), 1, false, false);
     let mut wait_ms = 0;
     let mut resolve = None;
+    let (mut path, mut post, mut expect) = (None, None, None);
+    let mut headers = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         match k.as_str() {
@@ -29,6 +34,10 @@ async fn main() {
             // Waits before its requests (a process for `doctor` to find).
             "--wait-ms" => wait_ms = it.next().unwrap().parse().unwrap(),
             "--resolve" => resolve = Some(it.next().unwrap()),
+            "--path" => path = Some(it.next().unwrap()),
+            "--body" => post = Some(it.next().unwrap()),
+            "--header" => headers.push(it.next().unwrap()),
+            "--expect" => expect = Some(it.next().unwrap()),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -55,7 +64,15 @@ async fn main() {
             .unwrap()
             .as_nanos() as u64;
         let t = Instant::now();
-        let req = if chat {
+        let mut req = if let Some(p) = &path {
+            match &post {
+                Some(b) => client
+                    .post(format!("{url}{p}"))
+                    .header("content-type", "application/json")
+                    .body(b.clone()),
+                None => client.get(format!("{url}{p}")),
+            }
+        } else if chat {
             client
                 .post(format!("{url}/v1/chat/completions"))
                 .header("content-type", "application/json")
@@ -65,14 +82,22 @@ async fn main() {
         } else {
             client.get(format!("{url}/req{i}"))
         };
+        for h in &headers {
+            let (name, value) = h.split_once(':').unwrap();
+            req = req.header(name.trim(), value.trim());
+        }
         let resp = req.send().await.unwrap();
         let header_ns = t.elapsed().as_nanos() as u64;
         let status = resp.status().as_u16();
         let version = format!("{:?}", resp.version());
         let body = resp.bytes().await.unwrap();
         let total_ns = t.elapsed().as_nanos() as u64;
+        let replied = expect.as_ref().map_or(String::new(), |e| {
+            let held = body.windows(e.len()).any(|w| w == e.as_bytes());
+            format!(",\"replied\":{held}")
+        });
         println!(
-            "{{\"pid\":{},\"i\":{i},\"start_unix_ns\":{start_unix_ns},\"header_ns\":{header_ns},\"total_ns\":{total_ns},\"status\":{status},\"version\":\"{version}\",\"body_bytes\":{}}}",
+            "{{\"pid\":{},\"i\":{i},\"start_unix_ns\":{start_unix_ns},\"header_ns\":{header_ns},\"total_ns\":{total_ns},\"status\":{status},\"version\":\"{version}\",\"body_bytes\":{}{replied}}}",
             std::process::id(),
             body.len()
         );

@@ -3,7 +3,9 @@
 //! tests/tls_rustls.rs. Injected waits: inside each handshake (after the
 //! ClientHello is read) and before each answer's header. Prints `PORT N`
 //! once listening. `POST /v1/chat/completions` answers an OpenAI-style chat
-//! completion with its token counts; anything else a short text.
+//! completion with its token counts; anything else a short text. For
+//! tests/secrets.rs: `--reply TEXT` is the completion's text (default "ok")
+//! and `--set-cookie VALUE` a Set-Cookie header on every answer.
 #![expect(clippy::unwrap_used, reason = "a test helper: a panic is a failure")]
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
@@ -21,6 +23,8 @@ struct Args {
     port: u16,
     handshake_ms: u64,
     answer_ms: u64,
+    reply: String,
+    set_cookie: Option<String>,
 }
 
 fn args() -> Args {
@@ -30,6 +34,8 @@ fn args() -> Args {
         port: 0,
         handshake_ms: 0,
         answer_ms: 0,
+        reply: "ok".into(),
+        set_cookie: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -40,6 +46,8 @@ fn args() -> Args {
             "--port" => a.port = v.parse().unwrap(),
             "--handshake-delay-ms" => a.handshake_ms = v.parse().unwrap(),
             "--answer-delay-ms" => a.answer_ms = v.parse().unwrap(),
+            "--reply" => a.reply = v,
+            "--set-cookie" => a.set_cookie = Some(v),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -64,23 +72,29 @@ fn config(a: &Args) -> Arc<rustls::ServerConfig> {
     Arc::new(c)
 }
 
-const COMPLETION: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","model":"rustls-test-model","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#;
+const COMPLETION: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","model":"rustls-test-model","choices":[{"index":0,"message":{"role":"assistant","content":"REPLY"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#;
 
 async fn answer(
     req: Request<hyper::body::Incoming>,
     wait: Duration,
+    reply: Arc<str>,
+    set_cookie: Option<Arc<str>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let chat = req.uri().path() == "/v1/chat/completions";
     // The whole request first: the wait is the server's own work.
     let _ = req.into_body().collect().await;
     tokio::time::sleep(wait).await;
     let (kind, body) = if chat {
-        ("application/json", COMPLETION.to_string())
+        // The reply goes into the JSON as it is: the tests' are plain text.
+        ("application/json", COMPLETION.replace("REPLY", &reply))
     } else {
         ("text/plain", "hello from rustls\n".to_string())
     };
-    Ok(Response::builder()
-        .header("content-type", kind)
+    let mut b = Response::builder();
+    if let Some(c) = set_cookie {
+        b = b.header("set-cookie", &*c);
+    }
+    Ok(b.header("content-type", kind)
         .body(Full::new(Bytes::from(body)))
         .unwrap())
 }
@@ -93,9 +107,12 @@ async fn main() {
     println!("PORT {}", listener.local_addr().unwrap().port());
     let hs = Duration::from_millis(a.handshake_ms);
     let wait = Duration::from_millis(a.answer_ms);
+    let reply: Arc<str> = a.reply.as_str().into();
+    let set_cookie: Option<Arc<str>> = a.set_cookie.as_deref().map(Into::into);
     loop {
         let (tcp, _) = listener.accept().await.unwrap();
         let config = config.clone();
+        let (reply, set_cookie) = (reply.clone(), set_cookie.clone());
         tokio::spawn(async move {
             let Ok(start) = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await
             else {
@@ -106,7 +123,9 @@ async fn main() {
             let Ok(tls) = start.into_stream(config).await else {
                 return;
             };
-            let service = hyper::service::service_fn(move |r| answer(r, wait));
+            let service = hyper::service::service_fn(move |r| {
+                answer(r, wait, reply.clone(), set_cookie.clone())
+            });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tls), service)
                 .await;
