@@ -212,10 +212,14 @@ pub struct DnsWireSummary {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ExportSummary {
     pub spans_sent: u64,
+    /// Records whose spans the endpoint took.
+    pub records_sent: u64,
     /// Records not exported as traces by the sampling ratio.
     pub records_sampled_out: u64,
-    /// Records given up after retries (the collector was away).
+    /// Records given up after retries (the collector was away, slow or
+    /// refused them); `spans_dropped`: their spans.
     pub records_dropped: u64,
+    pub spans_dropped: u64,
     /// Records the exporter's queue could not take.
     pub queue_full: u64,
     pub export_errors: u64,
@@ -231,8 +235,10 @@ impl ExportSummary {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Self {
             spans_sent: g(&s.spans_sent),
+            records_sent: g(&s.records_sent),
             records_sampled_out: g(&s.records_sampled_out),
             records_dropped: g(&s.records_dropped),
+            spans_dropped: g(&s.spans_dropped),
             queue_full,
             export_errors: g(&s.export_errors),
             metric_exports: g(&s.metric_exports),
@@ -256,9 +262,11 @@ pub struct ProgramSummary {
 #[derive(Debug, Default)]
 pub struct ExportStats {
     pub spans_sent: AtomicU64,
+    pub records_sent: AtomicU64,
     pub records_sampled_out: AtomicU64,
-    /// Records whose spans were given up after retries.
+    /// Records whose spans were given up after retries, and those spans.
     pub records_dropped: AtomicU64,
+    pub spans_dropped: AtomicU64,
     pub export_errors: AtomicU64,
     pub metric_exports: AtomicU64,
     /// The endpoint does not implement the trace / metrics service: that

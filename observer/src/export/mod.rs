@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod prometheus;
 pub mod queue;
+pub mod retry;
 pub mod running;
 pub mod sampling;
 pub mod span_wire;

@@ -19,8 +19,9 @@ use serde::Serialize;
 
 pub use super::sampling::{Sampled, Sampling};
 use super::{
-    metrics::Metrics,
+    metrics::{Metrics, DROPPED},
     queue::{Encoded, TraceReceiver},
+    retry::{self, Backoff, Retry},
 };
 pub use crate::stats::ExportStats;
 
@@ -258,19 +259,24 @@ impl Service {
     }
 }
 
-/// Why an export failed; `refused`: the endpoint does not take this signal
-/// at all (gRPC Unimplemented; HTTP 404, 405 or 501), so retrying is useless.
+/// Why an export failed, and whether to try it again (`retry::Retry`).
 #[derive(Debug)]
 struct Failure {
     why: String,
-    refused: bool,
+    retry: Retry,
+    /// No answer within the timeout: the connection may be wedged (a peer
+    /// that accepts and never reads), so the next attempt opens a new one.
+    timed_out: bool,
 }
 
+/// A failure on this side (the request could not be made or sent, no
+/// answer came): transient.
 impl From<String> for Failure {
     fn from(why: String) -> Self {
         Failure {
             why,
-            refused: false,
+            retry: Retry::After(None),
+            timed_out: false,
         }
     }
 }
@@ -380,9 +386,11 @@ impl Sender {
     fn new(sig: &Signal) -> Result<Self, SenderError> {
         match sig.protocol {
             Protocol::Grpc => {
+                // No tonic timeout: `send` bounds the whole call, and tells
+                // a call with no answer (then a new channel) from one the
+                // server answered.
                 let mut ep = tonic::transport::Channel::from_shared(sig.endpoint.clone())
                     .map_err(SenderError::Endpoint)?
-                    .timeout(sig.timeout)
                     .connect_timeout(sig.timeout);
                 if sig.endpoint.starts_with("https://") {
                     let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
@@ -447,28 +455,50 @@ impl Sender {
             req = req.header(k.as_str(), v.as_str());
         }
         let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
-        let resp = tokio::time::timeout(sig.timeout, client.request(req))
-            .await
-            .map_err(|_| format!("no answer within {:?}", sig.timeout))?
-            .map_err(|e| chain(&e))?;
+        let resp = client.request(req).await.map_err(|e| chain(&e))?;
         let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let _ = resp.into_body().collect().await;
         if status.is_success() {
-            Ok(())
-        } else {
-            Err(Failure {
-                why: format!("HTTP {status}"),
-                refused: matches!(status.as_u16(), 404 | 405 | 501),
-            })
+            return Ok(());
         }
+        Err(Failure {
+            why: format!("HTTP {status}"),
+            retry: retry::http(status.as_u16(), retry_after.as_deref()),
+            timed_out: false,
+        })
     }
 
     /// One export call: `body` is the encoded Export*ServiceRequest (gzip
-    /// when asked, by tonic or here).
+    /// when asked, by tonic or here). The whole call, connecting included,
+    /// is bounded by the signal's timeout.
     async fn send(&self, sig: &Signal, service: Service, body: Bytes) -> Result<(), Failure> {
-        let Sender::Grpc(ch) = self else {
-            return self.http(sig, body).await;
+        let call = async {
+            match self {
+                Sender::Grpc(ch) => Sender::grpc(ch, sig, service, body).await,
+                Sender::Http(_) => self.http(sig, body).await,
+            }
         };
+        match tokio::time::timeout(sig.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Failure {
+                why: format!("no answer within {:?}", sig.timeout),
+                retry: Retry::After(None),
+                timed_out: true,
+            }),
+        }
+    }
+
+    async fn grpc(
+        ch: &tonic::transport::Channel,
+        sig: &Signal,
+        service: Service,
+        body: Bytes,
+    ) -> Result<(), Failure> {
         let mut grpc = tonic::client::Grpc::new(ch.clone());
         if sig.gzip {
             grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
@@ -482,8 +512,9 @@ impl Sender {
         .await
         .map(|_| ())
         .map_err(|s| Failure {
-            refused: s.code() == tonic::Code::Unimplemented,
+            retry: retry::grpc(&s),
             why: format!("{}: {}", s.code(), s.message()),
+            timed_out: false,
         })
     }
 }
@@ -498,9 +529,10 @@ pub struct Exporter {
 
 const MAX_BATCH: usize = 512;
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
-/// A batch is given up after this many failed attempts (backoff 0.2 s, doubling
-/// to 5 s): about 10 s of a collector being away.
-const ATTEMPTS: u32 = 5;
+/// A batch is given up after this many attempts that failed transiently
+/// (waits between them: `retry::Backoff`, 0.2 s doubling, about 3 s in all
+/// unless the server asks for longer).
+pub const ATTEMPTS: u32 = 5;
 
 impl Exporter {
     /// Runs until its queue's senders are gone, then flushes what is left.
@@ -529,6 +561,9 @@ impl Exporter {
                     None
                 }
             });
+        if traces.is_some() {
+            self.publish_dropped();
+        }
         let mut batch = Encoded::default();
         let mut flush = tokio::time::interval(FLUSH_EVERY);
         let mut metric_tick = tokio::time::interval(self.config.metric_interval);
@@ -579,49 +614,87 @@ impl Exporter {
             spans: n_spans,
             records: n_records,
         } = std::mem::take(batch);
-        let Some((sig, sender)) = traces.as_ref() else {
-            return;
-        };
-        if n_records == 0 {
+        if traces.is_none() || n_records == 0 {
             return;
         }
         // Encoded once; a retry sends the same bytes.
-        let body = Bytes::from(body);
-        let mut delay = Duration::from_millis(200);
-        let mut refusal = None;
-        for attempt in 1..=ATTEMPTS {
-            match sender.send(sig, Service::Traces, body.clone()).await {
-                Ok(()) => {
-                    self.stats
-                        .spans_sent
-                        .fetch_add(n_spans as u64, Ordering::Relaxed);
-                    return;
-                }
-                Err(e) if e.refused => {
-                    self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
-                    refusal = Some(e);
-                    break;
-                }
-                Err(e) => {
-                    self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("OTLP traces to {} (attempt {attempt}): {e}", sig.endpoint);
-                    if attempt < ATTEMPTS {
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(5));
-                    }
+        match self.attempts(traces, Bytes::from(body)).await {
+            Ok(()) => {
+                self.stats
+                    .spans_sent
+                    .fetch_add(n_spans as u64, Ordering::Relaxed);
+                self.stats
+                    .records_sent
+                    .fetch_add(n_records as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.stats
+                    .records_dropped
+                    .fetch_add(n_records as u64, Ordering::Relaxed);
+                self.stats
+                    .spans_dropped
+                    .fetch_add(n_spans as u64, Ordering::Relaxed);
+                self.publish_dropped();
+                if e.retry == Retry::Refused {
+                    self.refused("traces", traces, &self.stats.traces_refused, &e);
+                } else if let Some((sig, _)) = traces.as_ref() {
+                    tracing::warn!(
+                        "OTLP traces to {}: gave up {n_records} records ({n_spans} spans): {e}",
+                        sig.endpoint
+                    );
                 }
             }
         }
-        self.stats
-            .records_dropped
-            .fetch_add(n_records as u64, Ordering::Relaxed);
-        if let Some(e) = refusal {
-            self.refused("traces", traces, &self.stats.traces_refused, &e);
+    }
+
+    /// Sends one batch, retrying transient failures (up to ATTEMPTS, with
+    /// `Backoff`); the last failure when it is given up.
+    async fn attempts(
+        &self,
+        slot: &mut Option<(Signal, Sender)>,
+        body: Bytes,
+    ) -> Result<(), Failure> {
+        let mut backoff = Backoff::default();
+        let mut attempt = 1;
+        loop {
+            let Some((sig, sender)) = slot.as_mut() else {
+                return Err(Failure::from("no trace sender".to_owned()));
+            };
+            let e = match sender.send(sig, Service::Traces, body.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
+            let Retry::After(server) = e.retry else {
+                return Err(e);
+            };
+            if attempt == ATTEMPTS {
+                return Err(e);
+            }
+            renew_if_wedged(sig, sender, &e);
+            let wait = backoff.next(server);
+            tracing::warn!(
+                "OTLP traces to {} (attempt {attempt}): {e}; again in {wait:?}",
+                sig.endpoint
+            );
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    /// `observer.events.dropped{stage="export_failed"}`: records given up
+    /// after their export failed, next to the queue's own losses
+    /// (`stage="exporter"`), so a collector that is away shows on the
+    /// Prometheus endpoint and in the observer's own OTLP metrics.
+    fn publish_dropped(&self) {
+        let n = self.stats.records_dropped.load(Ordering::Relaxed);
+        if let Ok(mut m) = self.metrics.lock() {
+            m.set_counter(DROPPED, vec![("stage", "export_failed".into())], n);
         }
     }
 
     async fn send_metrics(&self, metrics: &mut Option<(Signal, Sender)>) {
-        let Some((sig, sender)) = metrics.as_ref() else {
+        let Some((sig, sender)) = metrics.as_mut() else {
             return;
         };
         let now = std::time::SystemTime::now()
@@ -636,15 +709,30 @@ impl Exporter {
             Ok(()) => {
                 self.stats.metric_exports.fetch_add(1, Ordering::Relaxed);
             }
-            Err(e) if e.refused => {
+            Err(e) if e.retry == Retry::Refused => {
                 self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
                 self.refused("metrics", metrics, &self.stats.metrics_refused, &e);
             }
             Err(e) => {
-                // Cumulative: the next export carries everything again.
+                // Not retried: cumulative, the next export carries
+                // everything again.
                 self.stats.export_errors.fetch_add(1, Ordering::Relaxed);
+                renew_if_wedged(sig, sender, &e);
                 tracing::warn!("OTLP metrics to {}: {e}", sig.endpoint);
             }
+        }
+    }
+}
+
+/// After a gRPC call that got no answer, a new channel: HTTP/2 keeps one
+/// connection, and a peer that accepted it and stopped reading (a wedged
+/// collector, a dead path) would hold every later call too. (HTTP/1 drops
+/// the connection of a call given up.)
+fn renew_if_wedged(sig: &Signal, sender: &mut Sender, e: &Failure) {
+    if e.timed_out && matches!(sender, Sender::Grpc(_)) {
+        match Sender::new(sig) {
+            Ok(s) => *sender = s,
+            Err(err) => tracing::warn!("OTLP to {}: a new channel: {err}", sig.endpoint),
         }
     }
 }

@@ -147,8 +147,8 @@ pub fn summary_line(s: &Summary, json: bool) -> String {
             (true, true) => " (the endpoint refused traces and metrics)",
         };
         format!(
-            "; OTLP: {} spans sent, {} records sampled out, {} dropped after retries, {} not queued, {} export errors{refused}",
-            e.spans_sent, e.records_sampled_out, e.records_dropped, e.queue_full, e.export_errors
+            "; OTLP: {} spans sent, {} records sampled out, {} dropped after retries ({} spans), {} not queued, {} export errors{refused}",
+            e.spans_sent, e.records_sampled_out, e.records_dropped, e.spans_dropped, e.queue_full, e.export_errors
         )
     });
     let failed: u64 = s.program_attachments.iter().map(|p| p.failures).sum();
