@@ -267,21 +267,6 @@ fn secret_server(cert: Option<&Cert>, s: &ServerSecrets) -> HelperServer {
     HelperServer::spawn(&mut cmd)
 }
 
-/// nginx with h2 over TLS on `port` and cleartext h2 on `plain`, proxying
-/// to `backend` (as tests/http2.rs has it).
-fn nginx_h2(cert: &Cert, port: u16, plain: u16, backend: u16) -> Nginx {
-    let d = cert.dir.display();
-    Nginx::start(
-        &cert.dir,
-        &format!(
-            " server {{\n  listen 127.0.0.1:{port} ssl http2;\n  listen 127.0.0.1:{plain} http2;\n\
-             ssl_certificate {d}/cert.pem;\n  ssl_certificate_key {d}/key.pem;\n\
-             location / {{ proxy_pass http://127.0.0.1:{backend}; }}\n }}\n"
-        ),
-        port,
-    )
-}
-
 /// `go build` of helpers/gotls into `dir` (the standard library only).
 fn build_gotls(dir: &Path) -> PathBuf {
     let bin = dir.join("gotls");

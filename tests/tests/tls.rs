@@ -766,6 +766,18 @@ fn a_few_quick_requests_are_not_busy_at_a_low_cap() {
     assert_eq!(summary["tls"]["plaintext_fell_back"], 0, "{summary:#}");
 }
 
+/// Where the system's libssl.so.3 is.
+fn libssl_dir() -> &'static str {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+    ]
+    .into_iter()
+    .find(|d| std::path::Path::new(d).join("libssl.so.3").exists())
+    .expect("libssl.so.3 (Debian's libssl3) on this machine")
+}
+
 /// A process in another mount namespace (a container's view) that maps a
 /// copy of libssl only that namespace can see: the observer reaches it
 /// through /proc/PID/root and probes that file.
@@ -774,14 +786,7 @@ fn a_library_only_another_mount_namespace_sees() {
     let Some(_serial) = begin("namespace_tls", &["openssl", "python3", "unshare", "mount"]) else {
         return;
     };
-    let libdir = [
-        "/usr/lib/x86_64-linux-gnu",
-        "/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-    ]
-    .iter()
-    .find(|d| std::path::Path::new(d).join("libssl.so.3").exists())
-    .expect("libssl.so.3 (Debian's libssl3) on this machine");
+    let libdir = libssl_dir();
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let ns_dir = cert.dir.join("ns");
@@ -836,14 +841,7 @@ fn a_library_replaced_on_disk_while_in_use() {
     let Some(_serial) = begin("replaced_tls", &["openssl", "python3"]) else {
         return;
     };
-    let libdir = [
-        "/usr/lib/x86_64-linux-gnu",
-        "/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-    ]
-    .iter()
-    .find(|d| std::path::Path::new(d).join("libssl.so.3").exists())
-    .expect("libssl.so.3 (Debian's libssl3) on this machine");
+    let libdir = libssl_dir();
     let cert = Cert::new();
     let server = tls_server(&cert, "tls", HS_MS, ANSWER_MS);
     let lib = cert.dir.join("lib");
