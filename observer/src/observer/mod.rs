@@ -64,11 +64,11 @@ impl Observer {
             return Err(LoadError::NotPrivileged);
         }
         let described = Described::find(&raw_tracepoints());
-        if let Described::BtfOnly { why, declared } = &described {
-            warn_without_tracefs(why, declared);
-        }
         let loaded = ebpf::load(&options.load, options.dns_wire, &described)?;
         let mut probes = Probes::new(loaded.ebpf);
+        if let Described::BtfOnly { why, declared } = &described {
+            warn_without_tracefs(why, declared, probes.uprobe_mechanism() == "uprobe_multi");
+        }
         let sock_layout = loaded
             .offsets
             .as_ref()
@@ -210,17 +210,18 @@ fn raw_tracepoints() -> Vec<&'static str> {
 
 /// Without tracefs, one line says what goes and what stays: the raw
 /// tracepoints attach by name (their prototypes checked in BTF), classic
-/// ones and per-process TLS probes (defined in tracefs) cannot.
-fn warn_without_tracefs(why: &str, declared: &[&str]) {
+/// ones cannot, nor, without uprobe-multi links (`multi`: before 6.6),
+/// per-process TLS probes (then uprobe events, defined in tracefs).
+fn warn_without_tracefs(why: &str, declared: &[&str], multi: bool) {
     let raw = raw_tracepoints();
     let lost: Vec<String> = programs::PROGRAMS
         .iter()
         .filter(|p| matches!(p.hook, programs::Hook::TracePoint { .. }))
         .filter(|p| !programs::is_stand_in(p.name))
         .map(|p| format!("{} ({})", p.name, p.gives))
-        .chain(std::iter::once(
-            "per-process TLS plaintext probes (busy processes keep library-wide ones)".into(),
-        ))
+        .chain((!multi).then(|| {
+            "per-process TLS plaintext probes (busy processes keep library-wide ones)".into()
+        }))
         .collect();
     tracing::warn!(
         "{why}; without it {} of {} raw tracepoints go on, checked against the kernel's BTF, \
