@@ -233,6 +233,8 @@ fn otlp_http_down_at_start() {
 
 /// The export timeout the wedged tests set (OTEL_EXPORTER_OTLP_TIMEOUT).
 const TIMEOUT: Duration = Duration::from_secs(1);
+/// Attempts at a batch before it is given up.
+const ATTEMPTS: u32 = observer::export::otlp::ATTEMPTS;
 /// Scheduling slack on this shared machine for a wait to end late.
 const LATE: Duration = Duration::from_millis(150);
 
@@ -271,8 +273,26 @@ fn wedged(protocol: &str) {
     );
     let accepts = wedged.accepts.lock().unwrap().clone();
     check_wedged_attempts(&accepts, phase);
-    let counted = run.given_up();
-    assert!(counted > 0, "nothing counted as given up while wedged");
+    // The first batch is given up once its attempts are through: the first
+    // flush (1 s), ATTEMPTS timeouts and the back-offs between them (0.2 s
+    // doubling, +20 % jitter): 9.6 s from the start at most, which the
+    // curls' own phase may not last.
+    let backoffs: f64 = (0..ATTEMPTS - 1).map(|i| 0.2 * 2f64.powi(i as i32)).sum();
+    let give_up_by = t0
+        + Duration::from_secs(1)
+        + TIMEOUT * ATTEMPTS
+        + Duration::from_secs_f64(backoffs * 1.2)
+        + LATE;
+    let mut counted = run.given_up();
+    while counted == 0 && Instant::now() < give_up_by {
+        std::thread::sleep(Duration::from_millis(100));
+        counted = run.given_up();
+    }
+    assert!(
+        counted > 0,
+        "nothing counted as given up while wedged, {:?} after it began",
+        t0.elapsed()
+    );
     assert!(
         rss_max < rss_before + 32 * 1024,
         "memory bounded while wedged: {rss_before} KiB -> max {rss_max} KiB"
