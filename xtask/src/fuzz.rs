@@ -32,6 +32,10 @@ pub struct FuzzArgs {
     /// needs the tests' Python environments: run the tests once first).
     #[arg(long)]
     pub seed: bool,
+    /// What `cargo xtask test` runs: every target for 10 s, built without
+    /// sanitizer or cargo-fuzz (--seconds and targets do not apply).
+    #[arg(long)]
+    pub smoke: bool,
     /// Targets to run (default: all).
     pub targets: Vec<String>,
 }
@@ -51,6 +55,9 @@ pub fn run(args: &FuzzArgs) -> Result<()> {
     if args.seed {
         return seed(&root);
     }
+    if args.smoke {
+        return smoke(&root);
+    }
     ensure_cargo_fuzz()?;
     let targets: Vec<String> = if args.targets.is_empty() {
         TARGETS.iter().map(|t| (*t).to_string()).collect()
@@ -65,7 +72,7 @@ pub fn run(args: &FuzzArgs) -> Result<()> {
     run_checked(fuzz_cmd(&root).args(["build", "-O", "--fuzz-dir", "fuzz"]))?;
     let mut outcomes = Vec::new();
     for t in &targets {
-        outcomes.push(run_target(&root, t, args.seconds)?);
+        outcomes.push(run_target(&root, t, args.seconds, &Runner::CargoFuzz)?);
     }
     print_table(&outcomes);
     let crashed: Vec<&str> = outcomes
@@ -103,7 +110,91 @@ fn ensure_cargo_fuzz() -> Result<()> {
     run_checked(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
 }
 
-fn run_target(root: &Path, target: &str, seconds: u64) -> Result<Outcome> {
+/// How a target runs: through cargo-fuzz (its sanitizer build, in
+/// fuzz/target), or the binary of the quick build `cargo xtask test` makes.
+enum Runner<'a> {
+    CargoFuzz,
+    Binary(&'a Path),
+}
+
+/// Seconds each target runs in `cargo xtask test` (CI): long enough to
+/// pass through every kept input and mutate a while, short enough that
+/// the nine cost under two minutes.
+pub const SMOKE_SECONDS: u64 = 10;
+
+/// The rust flags cargo-fuzz gives a build without sanitizer (`-s none`):
+/// libFuzzer's coverage counters and comparison tracing, and `cfg(fuzzing)`.
+const SANCOV_FLAGS: &[&str] = &[
+    "-Cpasses=sancov-module",
+    "-Cllvm-args=-sanitizer-coverage-level=4",
+    "-Cllvm-args=-sanitizer-coverage-inline-8bit-counters",
+    "-Cllvm-args=-sanitizer-coverage-pc-table",
+    "-Cllvm-args=-sanitizer-coverage-trace-compares",
+    "--cfg=fuzzing",
+    "-Cdebug-assertions",
+    "-Coverflow-checks",
+];
+
+/// `cargo xtask test`'s fuzzing: every target for [`SMOKE_SECONDS`], built
+/// with coverage but without AddressSanitizer (plain cargo on the nightly,
+/// unoptimized: a third of cargo-fuzz's build time, and no cargo-fuzz to
+/// install), in target/fuzz-smoke. A crash fails the test run and leaves
+/// its input in fuzz/artifacts/TARGET, as `cargo xtask fuzz` does.
+pub fn smoke(root: &Path) -> Result<()> {
+    let dir = root.join("target/fuzz-smoke");
+    let started = Instant::now();
+    let triple = host_triple()?;
+    run_checked(
+        Command::new("cargo")
+            .args(["+nightly", "build", "--bins", "--manifest-path"])
+            .arg(root.join("fuzz/Cargo.toml"))
+            .args(["--target", &triple])
+            .env("CARGO_TARGET_DIR", &dir)
+            // No debug information to write and link: a crash is told by
+            // its kept input, run again under `cargo xtask fuzz`.
+            .env("CARGO_PROFILE_DEV_DEBUG", "0")
+            .env("RUSTFLAGS", SANCOV_FLAGS.join(" "))
+            .env_remove("CARGO_ENCODED_RUSTFLAGS"),
+    )
+    .context("building the fuzz targets")?;
+    eprintln!(
+        "xtask fuzz: targets built in {:.0} s; {SMOKE_SECONDS} s each",
+        started.elapsed().as_secs_f64()
+    );
+    let bins = dir.join(&triple).join("debug");
+    let mut outcomes = Vec::new();
+    for t in TARGETS {
+        let runner = Runner::Binary(&bins.join(t));
+        outcomes.push(run_target(root, t, SMOKE_SECONDS, &runner)?);
+    }
+    print_table(&outcomes);
+    let crashed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| o.crashed)
+        .map(|o| o.target.as_str())
+        .collect();
+    anyhow::ensure!(
+        crashed.is_empty(),
+        "fuzz targets crashed: {crashed:?}: the inputs are in fuzz/artifacts/TARGET"
+    );
+    Ok(())
+}
+
+/// The host's target triple (rustc -vV): the build names it so that the
+/// coverage flags reach the targets but not the build scripts.
+fn host_triple() -> Result<String> {
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .context("rustc -vV")?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_owned)
+        .context("rustc -vV names no host")
+}
+
+fn run_target(root: &Path, target: &str, seconds: u64, runner: &Runner) -> Result<Outcome> {
     let work = root.join("fuzz/target/corpus").join(target);
     let artifacts = root.join("fuzz/artifacts").join(target);
     std::fs::create_dir_all(&work)?;
@@ -116,10 +207,21 @@ fn run_target(root: &Path, target: &str, seconds: u64) -> Result<Outcome> {
         }
     }
     let started = Instant::now();
-    let out = fuzz_cmd(root)
-        .args(["run", "-O", "--fuzz-dir", "fuzz", target])
-        .args(&dirs)
-        .arg("--")
+    let mut cmd = match runner {
+        Runner::CargoFuzz => {
+            let mut c = fuzz_cmd(root);
+            c.args(["run", "-O", "--fuzz-dir", "fuzz", target])
+                .args(&dirs)
+                .arg("--");
+            c
+        }
+        Runner::Binary(bin) => {
+            let mut c = Command::new(bin);
+            c.args(&dirs);
+            c
+        }
+    };
+    let out = cmd
         .arg(format!("-max_total_time={seconds}"))
         .arg(format!("-artifact_prefix={}/", artifacts.display()))
         .args(["-print_final_stats=1", "-rss_limit_mb=2048", "-timeout=10"])

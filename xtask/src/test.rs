@@ -2,7 +2,8 @@
 //!
 //! Builds the release observer once, installs the Debian tools the end-to-end
 //! tests drive when they are missing (as root), then runs `cargo test` over the
-//! whole workspace with OBSERVER_BIN pointing at that binary.
+//! whole workspace with OBSERVER_BIN pointing at that binary, and each fuzz
+//! target for a few seconds (`fuzz::smoke`).
 
 use std::process::{Command, Stdio};
 
@@ -104,5 +105,13 @@ pub fn run(args: &[String]) -> Result<()> {
         .args(args)
         .env("OBSERVER_BIN", &bin)
         .env("NVML_STUB", root.join("target/release/libnvml_stub.so"));
-    run_checked(&mut cmd).context("tests failed")
+    let tests = run_checked(&mut cmd).context("tests failed");
+    // The whole run (no test named): every parser of outside bytes under
+    // the fuzzer a little while too (after the tests, whose timings it would
+    // disturb), whatever they gave.
+    if !args.is_empty() {
+        return tests;
+    }
+    let fuzz = crate::fuzz::smoke(&root);
+    tests.and(fuzz)
 }
