@@ -12,6 +12,7 @@ mod nginx;
 mod proc;
 mod report;
 mod soak;
+mod soak_traffic;
 
 use std::path::Path;
 
@@ -48,8 +49,15 @@ pub struct BenchArgs {
     /// bench/NOTES.md (after editing the notes); measures nothing.
     #[arg(long)]
     pub report_only: bool,
-    /// Soak: churn at 2,000 new connections/s for this long, then compare the
-    /// observer's RSS and map occupancy with their start (e.g. 1800).
+    /// The soak alone: the daemon as deployed under every kind of traffic
+    /// for 30 minutes (or --soak-seconds); fails unless its RSS and open
+    /// descriptors stay within 5% of their level after warm-up, nothing is
+    /// lost and every kind is recorded. Writes target/bench/soak.json and
+    /// the soak's section of bench/RESULTS.md.
+    #[arg(long)]
+    pub soak: bool,
+    /// The soak's length; without --soak, the soak also runs after the
+    /// other workloads.
     #[arg(long)]
     pub soak_seconds: Option<u64>,
     /// More arguments for every observer the bench starts (split at
@@ -473,6 +481,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.report_only {
         return report::write(&root, &[], false, 0, 0);
     }
+    if args.soak {
+        let _ = attach::OBSERVER_MODE.set(args.observer_mode);
+        return run_soak_alone(&root, args.soak_seconds.unwrap_or(1800));
+    }
     let quick = args.quick;
     let rounds = args.rounds.unwrap_or(if quick { 2 } else { 5 });
     let secs = args.seconds.unwrap_or(if quick { 4 } else { 10 });
@@ -548,8 +560,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .any(|o| o == "soak")
             .then_some(if quick { 60 } else { 1800 })
     });
-    if let Some(secs) = soak {
-        results.push(soak::run(&root, secs, 2_000)?);
-    }
-    report::write(&root, &results, quick, rounds, secs)
+    let soak = soak.map(|s| soak::run(&root, s)).transpose()?;
+    results.extend(soak.clone());
+    report::write(&root, &results, quick, rounds, secs)?;
+    soak.as_ref().map_or(Ok(()), soak::check)
+}
+
+/// `--soak`: the soak alone, its section of bench/RESULTS.md rewritten in
+/// place (the other workloads' sections stay as the last full run left them).
+fn run_soak_alone(root: &Path, secs: u64) -> Result<()> {
+    crate::test::ensure_tools(&[("nginx", "nginx"), ("wrk", "wrk"), ("curl", "curl")])?;
+    run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
+    let result = soak::run(root, secs)?;
+    report::write_soak_alone(root, &result)?;
+    soak::check(&result)
 }

@@ -369,12 +369,7 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
         ));
     }
     if let Some(s) = results.iter().find(|r| r["name"] == "soak") {
-        md.push_str(&format!(
-            "\n## Soak\n\n{} s of churn at {} new connections/s ({} connections made). Observer RSS {} MiB after a fifth of the run (at most a minute), {} MiB at the end (change {:+.1}%); connections left in the kernel map at stop: {} (0 at start); events {}; dropped {}.\n",
-            s["seconds"], s["rate"], s["connections"],
-            mib(s, "rss_early_bytes"), mib(s, "rss_end_bytes"), f(s, "rss_change_pct"),
-            s["kernel_tracked_at_stop"], s["events"], s["dropped"],
-        ));
+        md.push_str(&soak_section(s));
     }
     if let Some(p) = results.iter().find(|r| r["name"] == "pipeline") {
         md.push_str(&format!(
@@ -401,5 +396,79 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
     }
     std::fs::write(root.join("bench/RESULTS.md"), md)?;
     eprintln!("bench: wrote target/bench/results.json and bench/RESULTS.md");
+    Ok(())
+}
+
+/// The soak's section of RESULTS.md (it starts with a blank line).
+fn soak_section(s: &Value) -> String {
+    let t = &s["traffic"];
+    let verdict = if s["holds"].as_bool() == Some(true) {
+        "It held".to_owned()
+    } else {
+        format!("It did not hold: {}", s["misses"])
+    };
+    format!(
+        "\n## Soak\n\n{} s of the daemon as deployed ({}: OTLP receiver, Prometheus scraped \
+         {} times) under every kind of traffic at once: {} plain connections at {}/s, {} fresh \
+         curl processes (HTTP/1.1 and HTTP/2 over TLS, plain HTTP; 3 requests each), {:.0} wrk \
+         requests on kept-alive TLS connections, {} DNS lookups. Recorded: {} requests, {} DNS \
+         lookups, {} TLS sessions, {} records exported ({} bytes). After {:.0} s of warm-up \
+         the observer's RSS was {} MiB and its open descriptors {}; the largest stray after \
+         that {:+.1}% and {:+.1}% (bound 5%); at the end {} MiB and {}. Dropped: {} (export \
+         {}); connections left in the kernel map at stop: {}. {verdict}.\n",
+        s["seconds"],
+        s["observer_mode"].as_str().unwrap_or("?"),
+        s["scrapes"],
+        t["connections"],
+        s["churn_rate"],
+        t["curl_processes_ok"],
+        f(t, "wrk_requests"),
+        t["dns_answered"],
+        s["requests"],
+        s["dns_lookups"],
+        s["tls_bound"],
+        s["records_sent"],
+        s["otlp_bytes"],
+        f(s, "warm_up_s"),
+        mib(s, "rss_warm_bytes"),
+        s["fds_warm"],
+        f(s, "rss_max_stray_pct"),
+        f(s, "fds_max_stray_pct"),
+        mib(s, "rss_end_bytes"),
+        s["fds_end"],
+        s["dropped"],
+        s["export_spans_dropped"],
+        s["kernel_tracked_at_stop"],
+    )
+}
+
+/// `bench --soak`: the soak's numbers to target/bench/soak.json and its
+/// section of bench/RESULTS.md replaced (or put before the pipeline's),
+/// leaving every other section as the last full run wrote it.
+pub fn write_soak_alone(root: &Path, soak: &Value) -> Result<()> {
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let mut stamped = soak.clone();
+    stamped["date"] = json!(today());
+    std::fs::write(
+        dir.join("soak.json"),
+        serde_json::to_string_pretty(&stamped)?,
+    )?;
+    let path = root.join("bench/RESULTS.md");
+    let md = std::fs::read_to_string(&path).unwrap_or_default();
+    let section = soak_section(&stamped);
+    let md = match md.find("\n## Soak\n") {
+        Some(at) => {
+            let rest = &md[at + 1..];
+            let end = rest.find("\n## ").map_or(md.len(), |e| at + 1 + e);
+            format!("{}{}{}", &md[..at], section, &md[end..])
+        }
+        None => match md.find("\n## Userspace pipeline alone") {
+            Some(at) => format!("{}{}{}", &md[..at], section, &md[at..]),
+            None => md + &section,
+        },
+    };
+    std::fs::write(&path, md)?;
+    eprintln!("bench: wrote target/bench/soak.json and the soak's section of bench/RESULTS.md");
     Ok(())
 }

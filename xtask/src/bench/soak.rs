@@ -1,93 +1,252 @@
-//! Soak: steady connection churn for a long time, to show that the observer's
-//! memory and the kernel map come back to where they started (no leaks).
+//! Soak (`cargo xtask bench --soak`): the daemon as deployed (spans and
+//! metrics over OTLP, Prometheus scraped) under every kind of traffic it
+//! follows (soak_traffic) for 30 minutes, its RSS and open descriptors read
+//! every 10 s. It holds when, after a warm-up (a sixth of the run, at most 5
+//! minutes), every reading stays within 5% of the warm-up's last, nothing
+//! is counted lost anywhere, every kind of traffic was recorded, and the
+//! kernel's connection map is back to where it started.
 
 use std::{
-    io::{Read, Write},
-    net::{TcpListener, TcpStream},
     path::Path,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Value};
 
 use super::{
-    attach::{Attached, Mode},
+    attach::{self, Attached, Mode},
+    nginx::Nginx,
     proc::rss_bytes,
+    soak_traffic::Traffic,
 };
 
-pub fn run(root: &Path, secs: u64, rate: u64) -> Result<Value> {
+/// How often RSS and descriptors are read.
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// The most a reading may stray from the warm-up's level, in percent.
+const BOUND_PCT: f64 = 5.0;
+/// New plain connections a second beside the other traffic.
+const CHURN_RATE: u64 = 500;
+
+/// One reading of the observer's footprint.
+#[derive(Clone, Copy)]
+struct Sample {
+    at_s: f64,
+    rss: u64,
+    fds: u64,
+}
+
+fn open_fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+}
+
+pub fn run(root: &Path, secs: u64) -> Result<Value> {
+    let _nginx = Nginx::start()?;
     let tool = Attached::start(Mode::Observer, root, &[])?;
     let pid = tool.pid().context("observer pid")?;
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    listener.set_nonblocking(true)?;
-    let port = listener.local_addr()?.port();
-    let done = Arc::new(AtomicBool::new(false));
-    let server = {
-        let done = Arc::clone(&done);
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.write_all(b"k");
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_micros(200)),
-                }
-            }
-        })
-    };
-    let total = secs * rate;
+    let warm_up = (secs / 6).clamp(10, 300) as f64;
+    let traffic = Traffic::start(root, secs, CHURN_RATE)?;
     let start = Instant::now();
-    let mut rss_early = 0;
-    let mut made = 0u64;
-    for i in 0..total {
-        let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
-            let _ = c.read(&mut [0u8; 1]);
-            made += 1;
-        }
-        if rss_early == 0 && start.elapsed() >= Duration::from_secs((secs / 5).clamp(1, 60)) {
-            rss_early = rss_bytes(pid);
-        }
-        if i % (rate * 60) == 0 && i > 0 {
+    let mut samples = Vec::new();
+    while start.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(
+            SAMPLE_EVERY.min(Duration::from_secs(secs).saturating_sub(start.elapsed())),
+        );
+        let s = Sample {
+            at_s: start.elapsed().as_secs_f64(),
+            rss: rss_bytes(pid),
+            fds: open_fds(pid),
+        };
+        if samples.len() % 6 == 5 {
             eprintln!(
-                "bench: soak {:>5.0}s  rss {} bytes",
-                start.elapsed().as_secs_f64(),
-                rss_bytes(pid)
+                "bench: soak {:>5.0}s  rss {:.1} MiB  fds {}",
+                s.at_s,
+                s.rss as f64 / 1048576.0,
+                s.fds
             );
         }
+        samples.push(s);
     }
-    done.store(true, Ordering::Relaxed);
-    let _ = server.join();
-    std::thread::sleep(Duration::from_secs(2));
-    let rss_end = rss_bytes(pid);
-    let summary = tool.stop()?.context("observer summary")?;
-    let dropped = super::attach::total_dropped(&summary);
-    let change = if rss_early > 0 {
-        (rss_end as f64 - rss_early as f64) / rss_early as f64 * 100.0
-    } else {
-        0.0
+    let done = traffic.finish()?;
+    // Closes and the last export settle before the last reading.
+    std::thread::sleep(Duration::from_secs(3));
+    let last = Sample {
+        at_s: start.elapsed().as_secs_f64(),
+        rss: rss_bytes(pid),
+        fds: open_fds(pid),
     };
-    eprintln!("bench: soak done: {made} connections, rss {rss_early} -> {rss_end} ({change:+.1}%)");
-    Ok(json!({
+    samples.push(last);
+    let consumed = tool.consumed().unwrap_or_default();
+    let summary = tool.stop()?.context("observer summary")?;
+    let mut out = judge(&samples, warm_up, &summary, &done);
+    out["seconds"] = json!(secs);
+    out["churn_rate"] = json!(CHURN_RATE);
+    out["observer_mode"] = json!(format!("{:?}", attach::observer_mode()).to_lowercase());
+    out["otlp_bytes"] = json!(consumed.otlp_bytes);
+    out["scrapes"] = json!(consumed.scrapes);
+    out["traffic"] = done;
+    Ok(out)
+}
+
+/// The largest stray, in percent, of `value` over the readings after the
+/// warm-up from the warm-up's last reading.
+fn stray(samples: &[Sample], warm_up: f64, value: fn(&Sample) -> u64) -> (u64, f64) {
+    let level = samples
+        .iter()
+        .take_while(|s| s.at_s <= warm_up)
+        .last()
+        .or(samples.first())
+        .map_or(0, value);
+    let worst = samples
+        .iter()
+        .filter(|s| s.at_s > warm_up)
+        .map(|s| (value(s) as f64 - level as f64) / level.max(1) as f64 * 100.0)
+        .fold(0.0, |w: f64, p| if p.abs() > w.abs() { p } else { w });
+    (level, worst)
+}
+
+/// The soak's numbers and whether it held, with why not.
+fn judge(samples: &[Sample], warm_up: f64, summary: &Value, traffic: &Value) -> Value {
+    let (rss_level, rss_stray) = stray(samples, warm_up, |s| s.rss);
+    let (fds_level, fds_stray) = stray(samples, warm_up, |s| s.fds);
+    let last = samples.last().copied().unwrap_or(Sample {
+        at_s: 0.0,
+        rss: 0,
+        fds: 0,
+    });
+    let dropped = attach::total_dropped(summary);
+    let export_dropped = summary["export"]["spans_dropped"].as_u64().unwrap_or(0);
+    let u = |v: &Value| v.as_u64().unwrap_or(0);
+    let mut misses = Vec::new();
+    if rss_stray.abs() > BOUND_PCT {
+        misses.push(format!(
+            "RSS strayed {rss_stray:+.1}% from its warm-up level"
+        ));
+    }
+    if fds_stray.abs() > BOUND_PCT {
+        misses.push(format!(
+            "open fds strayed {fds_stray:+.1}% from their warm-up level"
+        ));
+    }
+    if dropped + export_dropped > 0 {
+        misses.push(format!(
+            "losses counted: {:?}, export {export_dropped}",
+            attach::dropped_by_stage(summary)
+        ));
+    }
+    for (what, seen) in [
+        ("requests", &summary["requests"]),
+        ("DNS lookups", &summary["dns_lookups"]),
+        ("TLS sessions", &summary["tls_bound"]),
+        ("exported records", &summary["export"]["records_sent"]),
+    ] {
+        if u(seen) == 0 {
+            misses.push(format!("no {what} recorded"));
+        }
+    }
+    for failed in [
+        "connections_failed",
+        "curl_processes_failed",
+        "dns_unanswered",
+        "wrk_errors",
+    ] {
+        if u(&traffic[failed]) > 0 {
+            misses.push(format!(
+                "the traffic itself failed: {failed} {}",
+                traffic[failed]
+            ));
+        }
+    }
+    json!({
         "name": "soak",
-        "seconds": secs,
-        "rate": rate,
-        "connections": made,
-        "rss_early_bytes": rss_early,
-        "rss_end_bytes": rss_end,
-        "rss_change_pct": change,
+        "holds": misses.is_empty(),
+        "misses": misses,
+        "warm_up_s": warm_up,
+        "rss_warm_bytes": rss_level,
+        "rss_end_bytes": last.rss,
+        "rss_max_stray_pct": rss_stray,
+        "fds_warm": fds_level,
+        "fds_end": last.fds,
+        "fds_max_stray_pct": fds_stray,
+        "samples": samples.iter().map(|s| json!([s.at_s.round(), s.rss, s.fds])).collect::<Vec<_>>(),
         "kernel_tracked_at_stop": summary["kernel_tracked_at_stop"],
         "events": summary["events"],
+        "requests": summary["requests"],
+        "dns_lookups": summary["dns_lookups"],
+        "tls_bound": summary["tls_bound"],
+        "records_sent": summary["export"]["records_sent"],
         "dropped": dropped,
         "dropped_detail": summary["dropped"],
-    }))
+        "export_spans_dropped": export_dropped,
+    })
+}
+
+/// Fails the bench when the soak did not hold (after its numbers are kept).
+pub fn check(result: &Value) -> Result<()> {
+    if result["holds"].as_bool() == Some(true) {
+        return Ok(());
+    }
+    bail!("the soak did not hold: {}", result["misses"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(rss: &[u64]) -> Vec<Sample> {
+        rss.iter()
+            .enumerate()
+            .map(|(i, &rss)| Sample {
+                at_s: (i as f64 + 1.0) * 10.0,
+                rss,
+                fds: 100,
+            })
+            .collect()
+    }
+
+    fn quiet_summary() -> Value {
+        json!({
+            "requests": 10, "dns_lookups": 5, "tls_bound": 3,
+            "export": {"records_sent": 40, "spans_dropped": 0},
+            "dropped": {"kernel_ring": 0},
+        })
+    }
+
+    #[test]
+    fn strays_are_measured_from_the_warm_up_level() {
+        // Growth during the warm-up (to 20 s) does not count; after it the
+        // largest stray, up or down, does.
+        let s = samples(&[50, 100, 103, 97, 104]);
+        let (level, worst) = stray(&s, 20.0, |s| s.rss);
+        assert_eq!(level, 100);
+        assert!((worst - 4.0).abs() < 1e-9, "{worst}");
+        let v = judge(&s, 20.0, &quiet_summary(), &json!({}));
+        assert_eq!(v["holds"], true, "{v}");
+        let grown = samples(&[50, 100, 103, 106]);
+        let v = judge(&grown, 20.0, &quiet_summary(), &json!({}));
+        assert_eq!(v["holds"], false);
+        assert!(v["misses"].to_string().contains("RSS strayed +6.0%"), "{v}");
+    }
+
+    #[test]
+    fn a_loss_a_kind_unrecorded_or_failed_traffic_does_not_hold() {
+        let s = samples(&[100, 100, 100]);
+        let mut lost = quiet_summary();
+        lost["dropped"]["kernel_ring"] = json!(1);
+        let mut no_dns = quiet_summary();
+        no_dns["dns_lookups"] = json!(0);
+        for (summary, traffic, why) in [
+            (lost, json!({}), "losses counted"),
+            (no_dns, json!({}), "no DNS lookups recorded"),
+            (
+                quiet_summary(),
+                json!({"dns_unanswered": 2}),
+                "dns_unanswered 2",
+            ),
+        ] {
+            let v = judge(&s, 10.0, &summary, &traffic);
+            assert_eq!(v["holds"], false, "{why}");
+            assert!(v["misses"].to_string().contains(why), "{why}: {v}");
+        }
+    }
 }
