@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Records the fuzz targets' seed corpora from the tests' own traffic:
 the tests' servers (tests/helpers: llm_shapes.py, llm_server.py,
-h2_server.js, grpc_pair.py, dns_server.py) and real clients (curl,
-nghttp, grpcio, dig), through a recording proxy, plus files of this
-host (/proc/PID/maps, a small shared library, the deploy configs).
+h2_server.js, grpc_pair.py, dns_server.py, tls_server.py) and real
+clients (curl, nghttp, grpcio, dig; TLS from OpenSSL, Python, curl and
+Java), through a recording proxy, plus files of this host
+(/proc/PID/maps, a small shared library, the deploy configs).
 
 Run as root by `cargo xtask fuzz --seed` inside a network namespace of its
 own (`unshare -n`: the DNS server takes port 53). Writes
 fuzz/corpus/<target>/<name>; the files are kept in the repository.
+`seed.py PART...` records only those parts (llm_shapes, llm_server, h2,
+dns, files, tls).
 
 A connection is written as calls (see observer/src/fuzzing.rs): each read
 of the proxy from one side is one call, the client's view (its writes
@@ -20,6 +23,7 @@ import os
 import select
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -337,15 +341,113 @@ def go_tables(tmp):
         write_seed("pclntab", name, data[:limit] if limit else data)
 
 
+def tls():
+    """TLS handshakes as the packet programs see them (the tls_hello
+    target): each read of the proxy is one segment, in the calls' form
+    (control bit 0: the view's owner read it). A throwaway certificate for
+    example.test, made here and removed; the clients send a fixed request
+    and the server answers a fixed body, so the records hold nothing but
+    test bytes under keys that lived for one connection."""
+    tmp = "/tmp/observer-seed-tls"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", "2", "-subj", "/CN=example.test", "-addext",
+                    "subjectAltName=DNS:example.test", "-keyout", key, "-out", cert],
+                   check=True, stderr=subprocess.DEVNULL)
+    srv, port = start([sys.executable, os.path.join(HELPERS, "tls_server.py"),
+                       "--cert", cert, "--key", key], "PORT")
+    request = b"GET / HTTP/1.1\r\nHost: example.test\r\nConnection: close\r\n\r\n"
+
+    def openssl(proxy, *flags):
+        subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % proxy, "-quiet",
+                        "-no_ign_eof"]
+                       + list(flags), input=request, check=False, timeout=20,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def python(proxy, name, tls12=False):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        if tls12:
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        with socket.create_connection(("127.0.0.1", proxy), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname=name) as s:
+                s.sendall(request)
+                s.recv(65536)
+
+    def curl(proxy, *flags):
+        subprocess.run(["curl", "-sk", "-o", "/dev/null", "--max-time", "10", "--resolve",
+                        "example.test:%d:127.0.0.1" % proxy] + list(flags)
+                       + ["https://example.test:%d/" % proxy], check=False)
+
+    runs = [
+        ("openssl-13", lambda p: openssl(p, "-servername", "example.test")),
+        ("openssl-13-nosni", lambda p: openssl(p, "-noservername")),
+        ("openssl-12", lambda p: openssl(p, "-tls1_2", "-servername", "example.test")),
+        ("python-13", lambda p: python(p, "example.test")),
+        ("python-13-nosni", lambda p: python(p, None)),
+        ("python-12", lambda p: python(p, "example.test", tls12=True)),
+        ("curl-13", lambda p: curl(p)),
+        ("curl-12", lambda p: curl(p, "--tls-max", "1.2")),
+    ]
+    for name, client in runs:
+        proxy, logs = record(port)
+        client(proxy)
+        save_logs("tls_hello", name, logs)
+    java(tmp, port)
+    srv.kill()
+    hello_retry(tmp, cert, key)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def hello_retry(tmp, cert, key):
+    """A HelloRetryRequest: the client's one key share (X25519) is not of
+    the server's one group (P-256)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = subprocess.Popen(["openssl", "s_server", "-accept", "127.0.0.1:%d" % port, "-cert", cert,
+                            "-key", key, "-groups", "P-256", "-quiet"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    proxy, logs = record(port)
+    subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % proxy, "-quiet",
+                    "-no_ign_eof", "-servername", "example.test", "-groups", "X25519:P-256"],
+                   input=b"hello\n", check=False, timeout=20,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv.kill()
+    save_logs("tls_hello", "openssl-hrr", logs)
+
+
+def java(tmp, port):
+    """Java's JSSE (helpers/TlsClient.java): no name for an address, its
+    lone compatibility ChangeCipherSpec; TLS 1.3 and 1.2."""
+    if not (shutil.which("java") and shutil.which("javac")):
+        raise SystemExit("seed: java and javac are needed for the TLS seeds")
+    subprocess.run(["javac", "-d", tmp, os.path.join(HELPERS, "TlsClient.java")], check=True)
+    for name, flags in [("java-13", []), ("java-12", ["-Djdk.tls.client.protocols=TLSv1.2"])]:
+        proxy, logs = record(port)
+        subprocess.run(["java"] + flags + ["-cp", tmp, "TlsClient", str(proxy), "1", "seed"],
+                       check=False, stdout=subprocess.DEVNULL, timeout=60)
+        save_logs("tls_hello", name, logs)
+
+
 def main():
     if os.geteuid() != 0:
         raise SystemExit("seed: run as root (cargo xtask fuzz --seed)")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    llm_shapes()
-    llm_server()
-    h2()
-    dns()
-    files()
+    parts = {"llm_shapes": llm_shapes, "llm_server": llm_server, "h2": h2, "dns": dns,
+             "files": files, "tls": tls}
+    for name in sys.argv[1:] or parts:
+        parts[name]()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ pub mod dns;
 pub mod hold;
 pub mod http;
 pub mod tls;
+pub mod tls_wire;
 pub mod tracepoints;
 
 pub use tls::TlsConn;

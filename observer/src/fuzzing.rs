@@ -1,7 +1,7 @@
 //! Entry points for the fuzz targets (fuzz/, `cargo xtask fuzz`): each
 //! takes arbitrary bytes to one parser of what other programs send or
 //! hold (their traffic, their DNS messages, their executables, /proc, a
-//! config file) the way the observer calls it. The same inputs (the seed
+//! config file) the way the observer (or its eBPF side) calls it. The same inputs (the seed
 //! corpora and every crash once found) run in the unit tests below, so a
 //! regression fails `cargo test` without a fuzzer.
 //!
@@ -13,8 +13,8 @@ use std::borrow::Cow;
 
 use observer_common::{
     http::{PlaintextEvent, DATA_FROM_START},
-    tls::op,
-    Conn, FLAG_MIDSTREAM,
+    tls::{op, wire},
+    tls_wire, Conn, FLAG_MIDSTREAM,
 };
 
 use crate::{
@@ -36,6 +36,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("pclntab", pclntab),
     ("procmaps", procmaps),
     ("config", config),
+    ("tls_hello", tls_hello),
 ];
 
 /// The most calls one input makes (a conversation's state is bounded by
@@ -221,6 +222,74 @@ pub fn config(data: &[u8]) {
     }
 }
 
+/// TLS segments as the packet programs read them
+/// (`observer_common::tls_wire`, the eBPF's own code): each call is a
+/// segment, control bit 0 set where the connection's owner read it (else
+/// sent it). Every segment's server name and version are read; a first
+/// segment that is a ClientHello starts a handshake that the later ones
+/// walk through its stages, as on the wire. Panics where the parser breaks
+/// its word: a name outside its hello, a stage it cannot reach.
+pub fn tls_hello(data: &[u8]) {
+    let calls = calls(data);
+    for seg in std::iter::once(data).chain(calls.iter().map(|c| c.bytes)) {
+        hello_fields(seg);
+    }
+    let Some((first, rest)) = calls.split_first() else {
+        return;
+    };
+    if !tls_wire::is_client_hello(first.bytes, 0) {
+        return;
+    }
+    let hello_in = first.control & 1;
+    let mut stage = wire::HELLO;
+    for c in rest {
+        let toward_server = c.control & 1 == hello_in;
+        let Some((next, mark)) = tls_wire::advance(c.bytes, 0, c.bytes.len(), stage, toward_server)
+        else {
+            assert!(c.bytes.len() < 6, "a segment with its head read as none");
+            continue;
+        };
+        assert!(
+            wire_step_allowed(stage, next, mark),
+            "{stage} -> {next} ({mark:?})"
+        );
+        stage = next;
+        if stage == wire::DONE {
+            // The packet programs stop reading the connection.
+            break;
+        }
+    }
+}
+
+/// A segment read as a hello: the name lies inside the hello (and inside
+/// the segment where the hello is all there).
+fn hello_fields(seg: &[u8]) {
+    if let Some((off, len)) = tls_wire::server_name(seg, 0) {
+        let end = tls_wire::hello_end(seg, 0).expect("a hello's length, read before its name");
+        assert!(len > 0 && off >= tls_wire::HELLO_SESSION_ID && off + len <= end);
+        if end <= seg.len() {
+            std::hint::black_box(&seg[off..off + len]);
+        }
+    }
+    std::hint::black_box(tls_wire::server_version(seg, 0));
+}
+
+/// Whether [`tls_wire::advance`] may go from `from` to `to`, marking `mark`
+/// (the flights in `observer_common::tls_wire`'s comment).
+fn wire_step_allowed(from: u8, to: u8, mark: tls_wire::Mark) -> bool {
+    use tls_wire::Mark;
+    match (from, to, mark) {
+        (_, _, Mark::Nothing) if from == to => true,
+        (wire::HELLO, wire::SERVER_FLIGHT, Mark::Nothing | Mark::Version(_))
+        | (wire::SERVER_FLIGHT, wire::HELLO | wire::TLS12_CLIENT_FLIGHT, Mark::Nothing)
+        | (wire::SERVER_FLIGHT, wire::DONE, Mark::Finished)
+        | (wire::TLS12_CLIENT_FLIGHT, wire::TLS12_OPEN, Mark::Finished12)
+        | (wire::TLS12_OPEN, wire::TLS12_REQUEST, Mark::Request)
+        | (wire::TLS12_REQUEST, wire::DONE, Mark::Answer) => true,
+        _ => false,
+    }
+}
+
 /// The readers of executables take a path (they map the file): the input
 /// goes to one file per process and thread, removed once read.
 fn scratch_file(data: &[u8]) -> Option<std::path::PathBuf> {
@@ -279,6 +348,137 @@ mod tests {
             assert_eq!(call.output_tokens, Some(3), "{view}");
             assert_eq!(call.content_events, 3, "{view}");
             assert!(done[0].complete, "{view}");
+        }
+    }
+
+    /// A recorded TLS connection (fuzz/corpus/tls_hello, `seed.py tls`)
+    /// from one end: the ClientHello's name, then each later segment's
+    /// index, the stage it leads to and its mark, as the packet programs
+    /// walk them (until the end: they stop reading there).
+    fn walk_tls(name: &str) -> (Option<String>, Vec<(usize, u8, tls_wire::Mark)>) {
+        let data = std::fs::read(fuzz_dir().join("corpus/tls_hello").join(name)).expect("the seed");
+        tls_hello(&data);
+        let calls = calls(&data);
+        let hello = calls[0].bytes;
+        assert!(tls_wire::is_client_hello(hello, 0), "{name}");
+        let sni = tls_wire::server_name(hello, 0)
+            .map(|(off, len)| String::from_utf8_lossy(&hello[off..off + len]).into_owned());
+        let mut stage = wire::HELLO;
+        let mut steps = Vec::new();
+        for (i, c) in calls.iter().enumerate().skip(1) {
+            let toward_server = c.control & 1 == calls[0].control & 1;
+            let (next, mark) =
+                tls_wire::advance(c.bytes, 0, c.bytes.len(), stage, toward_server).expect("a head");
+            stage = next;
+            steps.push((i, stage, mark));
+            if stage == wire::DONE {
+                break;
+            }
+        }
+        (sni, steps)
+    }
+
+    /// The recorded handshakes of real clients (OpenSSL's s_client,
+    /// Python's ssl, curl, Java's JSSE; TLS 1.3 and 1.2, with a name and
+    /// without) against Python's ssl (OpenSSL), from both ends: the name,
+    /// the version, and the handshake's end where the client's Finished
+    /// went (1.3) or the server's last flight came (1.2), then the request
+    /// and the answer.
+    #[test]
+    fn recorded_tls_handshakes_read_as_they_went() {
+        use tls_wire::Mark;
+        let clients = [
+            "openssl-13",
+            "openssl-13-nosni",
+            "openssl-12",
+            "python-13",
+            "python-13-nosni",
+            "python-12",
+            "curl-13",
+            "curl-12",
+            "java-13",
+            "java-12",
+            "openssl-hrr",
+        ];
+        for client in clients {
+            let (sni, steps) = walk_tls(&format!("{client}-0-client"));
+            let named = !client.contains("nosni") && !client.starts_with("java");
+            assert_eq!(sni.as_deref(), named.then_some("example.test"), "{client}");
+            assert_eq!(
+                walk_tls(&format!("{client}-0-server")),
+                (sni, steps.clone()),
+                "{client}: the server's view"
+            );
+            let version = steps.iter().find_map(|s| match s.2 {
+                Mark::Version(v) => Some(v),
+                _ => None,
+            });
+            let tls12 = client.ends_with("-12");
+            assert_eq!(
+                version,
+                Some(if tls12 { 0x0303 } else { 0x0304 }),
+                "{client}"
+            );
+            let marks: Vec<Mark> = steps
+                .iter()
+                .map(|s| s.2)
+                .filter(|m| !matches!(m, Mark::Nothing | Mark::Version(_)))
+                .collect();
+            if tls12 {
+                assert_eq!(
+                    marks,
+                    [Mark::Finished12, Mark::Request, Mark::Answer],
+                    "{client}"
+                );
+            } else {
+                assert_eq!(marks, [Mark::Finished], "{client}");
+            }
+            assert_eq!(steps.last().map(|s| s.1), Some(wire::DONE), "{client}");
+        }
+    }
+
+    /// OpenSSL's client after a HelloRetryRequest: its compatibility
+    /// ChangeCipherSpec and second ClientHello in one segment start the
+    /// handshake over; its end is the Finished two segments later.
+    #[test]
+    fn a_recorded_hello_retry_ends_at_the_clients_finished_not_its_second_hello() {
+        use tls_wire::Mark;
+        let (_, steps) = walk_tls("openssl-hrr-0-client");
+        assert_eq!(
+            steps,
+            [
+                (1, wire::SERVER_FLIGHT, Mark::Version(0x0304)),
+                (2, wire::HELLO, Mark::Nothing),
+                (3, wire::SERVER_FLIGHT, Mark::Version(0x0304)),
+                (4, wire::DONE, Mark::Finished),
+            ]
+        );
+    }
+
+    /// A recorded ClientHello cut anywhere: no name until its header is
+    /// in, then the whole hello's; the cut server flight's version is the
+    /// whole one's or none of it.
+    #[test]
+    fn recorded_hellos_cut_short_name_nothing_else() {
+        for client in ["python-13", "curl-12", "openssl-hrr"] {
+            let data =
+                std::fs::read(fuzz_dir().join(format!("corpus/tls_hello/{client}-0-client")))
+                    .expect("the seed");
+            let calls = calls(&data);
+            let (hello, flight) = (calls[0].bytes, calls[1].bytes);
+            let name = tls_wire::server_name(hello, 0).expect("a name");
+            let version = tls_wire::server_version(flight, 0);
+            for n in 0..hello.len() {
+                match tls_wire::server_name(&hello[..n], 0) {
+                    None => assert!(n < name.0, "{client} {n}"),
+                    Some(found) => assert_eq!(found, name, "{client} {n}"),
+                }
+            }
+            for n in 0..flight.len() {
+                let v = tls_wire::server_version(&flight[..n], 0);
+                // Legacy (0x0303) while supported_versions is not all in.
+                assert!([0, 0x0303, version].contains(&v), "{client} {n}: {v:#x}");
+            }
         }
     }
 

@@ -20,7 +20,15 @@ use crate::{run_checked, workspace_root};
 /// The targets, as fuzz/fuzz_targets names them (and observer::fuzzing's
 /// TARGETS; a unit test there checks each has its file).
 pub const TARGETS: &[&str] = &[
-    "http", "http2", "gen_ai", "dns", "elf", "pclntab", "procmaps", "config",
+    "http",
+    "http2",
+    "gen_ai",
+    "dns",
+    "elf",
+    "pclntab",
+    "procmaps",
+    "config",
+    "tls_hello",
 ];
 
 #[derive(clap::Args)]
