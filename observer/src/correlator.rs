@@ -178,7 +178,7 @@ impl Correlator {
     fn store_sizes(&mut self, kernel: &impl KernelConns) {
         let tables = &self.delivery.stats.tables;
         self.table.store_sizes(tables);
-        if self.ticks % KERNEL_CONNS_EVERY == 0 {
+        if self.ticks.is_multiple_of(KERNEL_CONNS_EVERY) {
             Tables::set(&tables.kernel_connections, kernel.tracked() as usize);
         }
         self.ticks += 1;

@@ -224,7 +224,7 @@ mod closer_tests {
     fn what_is_queued_is_closed_in_one_batch() {
         let (tx, rx) = mpsc::channel();
         for i in 0..100 {
-            tx.send(i).unwrap();
+            tx.send(i).expect("the receiver is alive");
         }
         let late = tx.clone();
         drop(tx);
@@ -234,7 +234,7 @@ mod closer_tests {
             batches.push(b);
             // One more after the first batch, then no sender is left.
             if let Some(tx) = late.take() {
-                tx.send(100).unwrap();
+                tx.send(100).expect("the receiver is alive");
             }
         });
         assert_eq!(batches.len(), 2, "{batches:?}");
