@@ -304,6 +304,15 @@ impl ConnTable {
         self.live.len()
     }
 
+    /// Its tables' entries, into `t`.
+    pub fn store_sizes(&self, t: &crate::tables::Tables) {
+        use crate::tables::Tables;
+        Tables::set(&t.processes, self.procs.len());
+        Tables::set(&t.cgroups, self.procs.cgroups_len());
+        Tables::set(&t.connections, self.live.len());
+        Tables::set(&t.http_conversations, self.http.len());
+    }
+
     /// Counts each live outbound connection whose owner and peer are known
     /// into `pools`, with what it is doing.
     pub fn pool_census(&self, pools: &mut crate::pools::Pools, now_unix_ns: u64) {

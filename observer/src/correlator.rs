@@ -38,6 +38,7 @@ use crate::{
     process::ProcessCache,
     record::{ConnRecord, State},
     stats::{Stats, TlsFirstByteUnmeasured},
+    tables::Tables,
     tls,
 };
 
@@ -90,7 +91,13 @@ pub struct Correlator {
     update_interval: Duration,
     tls_commands: Option<SyncSender<tls::Command>>,
     counters: Option<Arc<KernelCounters>>,
+    /// Ticks so far (the kernel's connection map is counted every
+    /// `KERNEL_CONNS_EVERY`).
+    ticks: u64,
 }
+
+/// Ticks (seconds) between counts of the kernel's connection map.
+const KERNEL_CONNS_EVERY: u64 = 5;
 
 /// What takes a finished record to the sinks (apart from the table, so the
 /// table's queues drain into it without a copy).
@@ -121,6 +128,7 @@ impl Correlator {
             update_interval: settings.update_interval,
             tls_commands: settings.tls_commands,
             counters: settings.counters,
+            ticks: 0,
         }
     }
 
@@ -141,6 +149,7 @@ impl Correlator {
     /// Once a second.
     pub fn on_tick(&mut self, kernel: &impl KernelConns) {
         self.delivery.stats.health.correlator_beat();
+        self.store_sizes(kernel);
         self.table.set_clock(Clock::sample());
         self.delivery
             .stats
@@ -163,8 +172,25 @@ impl Correlator {
         self.delivery.hand_over();
     }
 
+    /// The tables' entries for `/metrics`; the kernel's connection map
+    /// (host-wide, one system call per entry to count) every
+    /// `KERNEL_CONNS_EVERY` ticks.
+    fn store_sizes(&mut self, kernel: &impl KernelConns) {
+        let tables = &self.delivery.stats.tables;
+        self.table.store_sizes(tables);
+        if self.ticks.is_multiple_of(KERNEL_CONNS_EVERY) {
+            Tables::set(&tables.kernel_connections, kernel.tracked() as usize);
+        }
+        self.ticks += 1;
+    }
+
     /// At stop: ends every wait, emits what is still open, and counts.
     pub fn finish(mut self, kernel: &impl KernelConns) -> CorrelatorEnd {
+        // The tables as they are at stop, before they are drained.
+        let tracked = kernel.tracked();
+        let tables = &self.delivery.stats.tables;
+        self.table.store_sizes(tables);
+        Tables::set(&tables.kernel_connections, tracked as usize);
         self.table.end_closes_due(u64::MAX);
         self.table.end_all_waits();
         for r in self.table.conns_out.drain(..) {
@@ -184,7 +210,7 @@ impl Correlator {
         CorrelatorEnd {
             evicted: t.evicted,
             proc_unreadable: t.proc_unreadable(),
-            kernel_tracked: kernel.tracked(),
+            kernel_tracked: tracked,
             dns_malformed: t.wire.malformed,
             dns_in_flight: t.wire.pending_len() as u64,
             dns_overflow: t.wire.overflow,
@@ -432,7 +458,8 @@ fn fan_out<T: Clone + Sampled>(
     }
 }
 
-/// The observer's own loss counters as `observer.events.dropped` by stage.
+/// The observer's own loss counters as `observer.events.dropped` by stage,
+/// and its tables' entries as `observer.tables.entries`.
 fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &KernelCounters) {
     let kernel = counters.get(Counter::RingFull) + counters.get(Counter::ConnInsertFailed);
     let stages = [
@@ -443,15 +470,21 @@ fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &KernelCounters) {
         ("dns", Stats::get(&stats.dns_overflow)),
         // Requests and closes of pools past the cap.
         ("pools", Stats::get(&stats.pools_untracked)),
+        // Process events the TLS manager could not take (its queue full).
+        ("tls_commands", Stats::get(&stats.tls_commands_full)),
         // Plain HTTP connections no longer copied (busy) or never (table full).
         (
             "http",
             counters.get(Counter::HttpBusy) + counters.get(Counter::HttpInsertFailed),
         ),
     ];
+    let tables = stats.tables.read();
     if let Ok(mut m) = m.lock() {
         for (stage, v) in stages {
             m.set_counter(metrics::DROPPED, vec![("stage", stage.into())], v);
+        }
+        for (table, v) in tables.by_name() {
+            m.set_gauge(metrics::TABLES, vec![("table", table.into())], v as f64);
         }
     }
 }

@@ -202,6 +202,11 @@ impl Pods {
         }
     }
 
+    /// Cgroup ids known from the last walk of the tree.
+    pub fn cgroups_len(&self) -> usize {
+        self.cgroups.paths.len()
+    }
+
     /// The container of the process in cgroup v2 `id` (as the kernel gave it);
     /// None when the id is not found or names no container.
     pub fn container_of_cgroup(&mut self, id: u64) -> Option<Container> {

@@ -39,6 +39,7 @@ pub mod programs;
 pub mod record;
 pub mod schema;
 pub mod stats;
+pub mod tables;
 pub mod tls;
 pub mod top;
 pub mod tracefs;

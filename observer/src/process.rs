@@ -138,6 +138,11 @@ impl ProcessCache {
         self.entries.len()
     }
 
+    /// Cgroup ids it knows the paths of (0 without pods).
+    pub fn cgroups_len(&self) -> usize {
+        self.pods.as_ref().map_or(0, crate::k8s::Pods::cgroups_len)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

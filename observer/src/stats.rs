@@ -1,8 +1,13 @@
 //! Counters of what the pipeline saw and what it lost, shared by its stages.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{
+    atomic::{AtomicBool, AtomicU64, Ordering},
+    Arc,
+};
 
 use serde::Serialize;
+
+use crate::tables::Tables;
 
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -45,6 +50,9 @@ pub struct Stats {
     pub h2_undecodable: AtomicU64,
     /// HTTP/2 frames lost track of.
     pub h2_out_of_step: AtomicU64,
+    /// The size of each table that grows with processes or connections
+    /// (shared with the TLS manager's thread).
+    pub tables: Arc<Tables>,
 }
 
 impl Stats {
@@ -105,6 +113,9 @@ pub struct Summary {
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).
     pub tls_commands_dropped: u64,
+    /// The tables that grow with processes and connections, at stop (the
+    /// TLS manager's and the kernel's as last counted, before detaching).
+    pub tables: crate::tables::TablesSummary,
     /// Closed TLS connections that moved data but have no `tls.ttfb_ns`, by
     /// why: never a guess in its place.
     pub tls_first_byte_unmeasured: TlsFirstByteUnmeasured,

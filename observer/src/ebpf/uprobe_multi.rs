@@ -102,7 +102,8 @@ pub fn supported() -> bool {
 }
 
 /// A uprobe-multi link: dropping it takes the probe off, on the closer's
-/// thread (each close waits a grace period; the caller has work to do).
+/// thread (each close waits a grace period, ~50 ms; the caller has work to
+/// do).
 pub struct Link(Option<OwnedFd>);
 
 impl Link {
@@ -147,18 +148,7 @@ impl Closer {
         let (tx, rx) = mpsc::channel::<OwnedFd>();
         let done = thread::Builder::new()
             .name("uprobe-close".into())
-            .spawn(move || {
-                // Each close waits a grace period (~30 ms, longer under
-                // load): closed one at a time, the links of a few short-lived
-                // processes a second (several each) outran the closes and
-                // queued without bound (the soak's open descriptors grew
-                // ~100 a minute). What queued meanwhile closes side by side.
-                while let Ok(fd) = rx.recv() {
-                    let mut batch = vec![fd];
-                    batch.extend(rx.try_iter());
-                    close_side_by_side(batch);
-                }
-            })
+            .spawn(move || in_batches(&rx, close_side_by_side))
             .ok();
         Self {
             tx: Mutex::new(done.is_some().then_some(tx)),
@@ -197,14 +187,24 @@ impl Closer {
     }
 }
 
+/// Hands `close` everything queued on `rx` at once, batch after batch,
+/// until every sender is gone. One at a time, each close waiting its
+/// grace period, the queue grew without end while processes came and went
+/// faster than ~20 links a second (a short-lived TLS client's own probes
+/// are a dozen links): their descriptors and uprobes stayed, and the
+/// shutdown waited for them all.
+fn in_batches<T>(rx: &mpsc::Receiver<T>, mut close: impl FnMut(Vec<T>)) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        close(batch);
+    }
+}
+
 /// Threads that close at most a few links each, so that their grace
 /// periods overlap.
 fn close_side_by_side(fds: Vec<OwnedFd>) {
     const THREADS: usize = 32;
-    if fds.len() == 1 {
-        drop(fds);
-        return;
-    }
     let per = fds.len().div_ceil(THREADS).max(1);
     let mut fds = fds.into_iter().peekable();
     thread::scope(|s| {
@@ -214,4 +214,31 @@ fn close_side_by_side(fds: Vec<OwnedFd>) {
             let _ = thread::Builder::new().spawn_scoped(s, move || drop(group));
         }
     });
+}
+
+#[cfg(test)]
+mod closer_tests {
+    use super::*;
+
+    #[test]
+    fn what_is_queued_is_closed_in_one_batch() {
+        let (tx, rx) = mpsc::channel();
+        for i in 0..100 {
+            tx.send(i).expect("the receiver is alive");
+        }
+        let late = tx.clone();
+        drop(tx);
+        let mut batches: Vec<Vec<i32>> = Vec::new();
+        let mut late = Some(late);
+        in_batches(&rx, |b| {
+            batches.push(b);
+            // One more after the first batch, then no sender is left.
+            if let Some(tx) = late.take() {
+                tx.send(100).expect("the receiver is alive");
+            }
+        });
+        assert_eq!(batches.len(), 2, "{batches:?}");
+        assert_eq!(batches[0], (0..100).collect::<Vec<_>>());
+        assert_eq!(batches[1], vec![100]);
+    }
 }

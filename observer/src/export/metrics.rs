@@ -33,6 +33,7 @@ pub const RETRANSMITS: &str = "observer.tcp.retransmits";
 pub const IO: &str = "observer.tcp.io";
 pub const DROPPED: &str = "observer.events.dropped";
 pub const PROBES: &str = "observer.probes.attached";
+pub const TABLES: &str = "observer.tables.entries";
 pub const GPU_UTIL: &str = "hw.gpu.utilization";
 pub const GPU_MEM_UTIL: &str = "hw.gpu.memory.utilization";
 pub const GPU_MEM_USAGE: &str = "hw.gpu.memory.usage";
@@ -153,6 +154,11 @@ const DESCRIPTIONS: &[Described] = &[
         name: DROPPED,
         unit: "{event}",
         description: "Events the observer lost, by stage",
+    },
+    Described {
+        name: TABLES,
+        unit: "{entry}",
+        description: "Entries in the observer's tables that grow with processes and connections, by table",
     },
     Described {
         name: PROBES,

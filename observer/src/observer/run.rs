@@ -142,7 +142,7 @@ impl Observer {
             .map(gpu::Gpus::device_count)
             .map_err(ToString::to_string);
         let poller = start_gpu_poller(gpus, how.gpu_interval)?;
-        let (tls_tx, manager) = start_tls_manager(tls, probes)?;
+        let (tls_tx, manager) = start_tls_manager(tls, probes, Arc::clone(&stats.tables))?;
         let sinks = Sinks {
             out: output.tx,
             // Moved, not copied: the exporter ends when its queue's senders
@@ -324,8 +324,10 @@ fn start_gpu_poller(
 fn start_tls_manager(
     mut tls: TlsProbes,
     mut probes: Probes,
+    tables: Arc<crate::tables::Tables>,
 ) -> anyhow::Result<(SyncSender<tls::Command>, JoinHandle<(Probes, TlsReport)>)> {
     let (tls_tx, tls_rx) = std::sync::mpsc::sync_channel(TLS_COMMANDS);
+    tls.show_sizes_in(tables);
     tls.start_holds(&mut probes, tls_tx.clone());
     let manager = std::thread::Builder::new()
         .name("tls-probes".into())

@@ -69,6 +69,7 @@ impl Parts<'_> {
             tls_tied_by_packet: k(Counter::TlsPacketTied),
             tls_insert_failed: k(Counter::TlsInsertFailed),
             tls_commands_dropped: Stats::get(&s.tls_commands_full),
+            tables: s.tables.read(),
             tls_first_byte_unmeasured: self.end.tls_unmeasured,
             tls: Some(tls),
             dns: Some(dns),

@@ -24,7 +24,10 @@ use std::{
     collections::{HashMap, HashSet},
     os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
-    sync::mpsc::{Receiver, RecvTimeoutError, SyncSender},
+    sync::{
+        mpsc::{Receiver, RecvTimeoutError, SyncSender},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -52,6 +55,7 @@ use crate::{
         system_libc,
     },
     programs::{self, Feature, Library, UprobeSite},
+    tables::Tables,
 };
 
 /// Where the discovery hands the C libraries it finds besides the system's
@@ -122,6 +126,9 @@ pub struct TlsProbes {
     /// Processes of a per-process executable given their probes while held
     /// at exec: their exec is handled already.
     probed_at_exec: HashSet<u32>,
+    /// Where its tables' entries are shown (`/metrics`, the summary), and
+    /// when they were last stored.
+    tables: Option<(Arc<Tables>, Instant)>,
     pub report: TlsReport,
 }
 
@@ -130,6 +137,8 @@ pub struct TlsProbes {
 /// the check is frequent; the count is one map lookup per process.
 const RATE_CHECK: Duration = Duration::from_millis(200);
 const FULL_SCAN: Duration = Duration::from_secs(10);
+/// How often the tables' entries are stored for `/metrics`.
+const SIZES_EVERY: Duration = Duration::from_secs(1);
 
 /// Calls per second over `span`, once `span` is a whole check period (None
 /// before): a process followed a few ms ago has its first request's few
@@ -194,6 +203,7 @@ impl TlsProbes {
             go: GoFiles::new(probes),
             holds: None,
             probed_at_exec: HashSet::new(),
+            tables: None,
             events: UprobeEvents::new(tracefs),
             settings,
             proc_root: proc_root.to_owned(),
@@ -873,6 +883,28 @@ impl TlsProbes {
             .map_or(0, |p| p.plaintext_calls)
     }
 
+    /// Shows its tables' entries in `tables` from now on.
+    pub fn show_sizes_in(&mut self, tables: Arc<Tables>) {
+        self.tables = Some((tables, Instant::now()));
+        self.store_sizes();
+    }
+
+    /// Its tables' entries, and the kernel's per-process map's, into
+    /// `tables` (each entry of the map counted: at most `MAX_TLS_PROCS`).
+    fn store_sizes(&mut self) {
+        let Some((t, at)) = &mut self.tables else {
+            return;
+        };
+        *at = Instant::now();
+        Tables::set(&t.tls_processes, self.procs.len());
+        Tables::set(&t.tls_busy_processes, self.high_rate.len());
+        Tables::set(&t.tls_exec_scans, self.scans.len());
+        Tables::set(&t.tls_files, self.files.len());
+        if let Some(map) = &self.procs_map {
+            Tables::set(&t.kernel_tls_processes, map.keys().count());
+        }
+    }
+
     /// Periodic work: exec scans due, call rates, the full rescan.
     pub fn tick(&mut self, probes: &mut Probes) {
         if let Some(h) = &mut self.holds {
@@ -918,6 +950,13 @@ impl TlsProbes {
         if now.duration_since(self.last_full_scan) >= FULL_SCAN {
             self.scan_all(probes);
         }
+        if self
+            .tables
+            .as_ref()
+            .is_some_and(|(_, at)| now.duration_since(*at) >= SIZES_EVERY)
+        {
+            self.store_sizes();
+        }
     }
 
     /// Runs until Stop; gives the eBPF object back for the shutdown.
@@ -931,6 +970,7 @@ impl TlsProbes {
             self.tick(&mut probes);
         }
         self.stop_holds(&rx);
+        self.store_sizes();
         (probes, self.report)
     }
 }
