@@ -565,6 +565,25 @@ pub fn run_json_lines(cmd: &mut Command) -> Vec<Value> {
         .collect()
 }
 
+/// The observer's `observer_tables_entries` by table, read from its
+/// `/metrics` on `prom` (fails when the gauge is missing).
+pub fn observer_tables(prom: u16) -> std::collections::HashMap<String, u64> {
+    let (_, _, body) = http_request(([127, 0, 0, 1], prom).into(), "GET", "/metrics").unwrap();
+    let t: std::collections::HashMap<String, u64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("observer_tables_entries{table=\""))
+        .filter_map(|l| {
+            let (name, v) = l.split_once("\"} ")?;
+            Some((name.to_owned(), v.parse::<f64>().ok()? as u64))
+        })
+        .collect();
+    assert!(
+        t.contains_key("processes") && t.contains_key("cgroups"),
+        "no observer_tables_entries:\n{body}"
+    );
+    t
+}
+
 /// A plain HTTP/1.1 exchange: (status, head, body), or why it failed.
 pub fn http_request(
     addr: std::net::SocketAddr,

@@ -25,7 +25,6 @@
 #![expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 
 use std::{
-    collections::HashMap,
     io::{BufRead, BufReader, Read, Write},
     net::TcpListener,
     path::{Path, PathBuf},
@@ -113,24 +112,6 @@ fn echo_server() -> u16 {
         }
     });
     port
-}
-
-/// `observer_tables_entries` by table, from `/metrics`.
-fn tables(prom: u16) -> HashMap<String, u64> {
-    let (_, _, body) = http_request(([127, 0, 0, 1], prom).into(), "GET", "/metrics").unwrap();
-    let t: HashMap<String, u64> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("observer_tables_entries{table=\""))
-        .filter_map(|l| {
-            let (name, v) = l.split_once("\"} ")?;
-            Some((name.to_owned(), v.parse::<f64>().ok()? as u64))
-        })
-        .collect();
-    assert!(
-        t.contains_key("cgroups"),
-        "no observer_tables_entries:\n{body}"
-    );
-    t
 }
 
 /// One container's client, as the test saw it.
@@ -238,13 +219,13 @@ fn a_containers_cgroup_removed_while_its_connections_are_open() {
     let t0 = Instant::now();
     let run = Watch::spawn(cmd);
     std::thread::sleep(TABLES_FRESH);
-    let before = tables(prom);
+    let before = observer_tables(prom);
     let cycles: Vec<Cycle> = (0..CYCLES)
         .map(|n| cycle(&parent, n, server.port, echo))
         .collect();
     std::fs::remove_dir(&parent).unwrap();
     std::thread::sleep(TABLES_FRESH);
-    let after = tables(prom);
+    let after = observer_tables(prom);
     let cgroups_now = count_cgroups(&root);
     let out = run.stop();
     eprintln!("observer ran {:?}", t0.elapsed());

@@ -316,24 +316,6 @@ fn footprint(pid: u32) -> (u64, usize) {
     (rss, fds)
 }
 
-/// `observer_tables_entries` by table, from `/metrics`.
-fn tables(prom: u16) -> HashMap<String, u64> {
-    let (_, _, body) = http_request(([127, 0, 0, 1], prom).into(), "GET", "/metrics").unwrap();
-    let t: HashMap<String, u64> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("observer_tables_entries{table=\""))
-        .filter_map(|l| {
-            let (name, v) = l.split_once("\"} ")?;
-            Some((name.to_owned(), v.parse::<f64>().ok()? as u64))
-        })
-        .collect();
-    assert!(
-        t.contains_key("processes"),
-        "no observer_tables_entries:\n{body}"
-    );
-    t
-}
-
 /// Each table after the churn within `slack` of its level after the
 /// warm-up: host-wide tables move with other programs on the host too,
 /// by far less than the 121,200 processes churned.
@@ -445,7 +427,7 @@ fn exec_churn_2000_a_second_for_a_minute_leaves_state_bounded() {
     let warm = churn(WARM_UP, &tiny, &servers, observer);
     std::thread::sleep(TABLES_FRESH);
     let (rss0, fds0) = footprint(observer);
-    let tables0 = tables(prom);
+    let tables0 = observer_tables(prom);
 
     let c = churn(CHURN, &tiny, &servers, observer);
     eprintln!(
@@ -456,10 +438,10 @@ fn exec_churn_2000_a_second_for_a_minute_leaves_state_bounded() {
         warm.rate(),
         c.longest_stopped
     );
-    let mid = tables(prom);
+    let mid = observer_tables(prom);
     std::thread::sleep(TABLES_FRESH);
     let (rss1, fds1) = footprint(observer);
-    let tables1 = tables(prom);
+    let tables1 = observer_tables(prom);
     eprintln!(
         "observer: RSS {rss0} KiB after the warm-up, {} KiB at the churn's half, {} KiB at its end, {rss1} KiB after; fds {fds0} -> {fds1}; tables at the churn's end {mid:?}",
         c.rss_half, c.rss_end

@@ -82,19 +82,7 @@ pub fn run(args: &FuzzArgs) -> Result<()> {
     for t in &targets {
         outcomes.push(run_target(&root, t, args.seconds, &Runner::CargoFuzz)?);
     }
-    print_table(&outcomes);
-    let crashed: Vec<&str> = outcomes
-        .iter()
-        .filter(|o| o.crashed)
-        .map(|o| o.target.as_str())
-        .collect();
-    if !crashed.is_empty() {
-        bail!(
-            "fuzz targets crashed: {crashed:?}: the inputs are in fuzz/artifacts/TARGET; fix \
-             the parser and keep each input in fuzz/regressions/TARGET"
-        );
-    }
-    Ok(())
+    report(&outcomes)
 }
 
 fn fuzz_cmd(root: &Path) -> Command {
@@ -175,17 +163,7 @@ pub fn smoke(root: &Path) -> Result<()> {
         let runner = Runner::Binary(&bins.join(t));
         outcomes.push(run_target(root, t, SMOKE_SECONDS, &runner)?);
     }
-    print_table(&outcomes);
-    let crashed: Vec<&str> = outcomes
-        .iter()
-        .filter(|o| o.crashed)
-        .map(|o| o.target.as_str())
-        .collect();
-    anyhow::ensure!(
-        crashed.is_empty(),
-        "fuzz targets crashed: {crashed:?}: the inputs are in fuzz/artifacts/TARGET"
-    );
-    Ok(())
+    report(&outcomes)
 }
 
 /// The host's target triple (rustc -vV): the build names it so that the
@@ -259,6 +237,23 @@ fn run_target(root: &Path, target: &str, seconds: u64, runner: &Runner) -> Resul
         features: after(last_status, " ft: "),
         crashed,
     })
+}
+
+/// The table of what each target did; an error naming those that crashed.
+fn report(outcomes: &[Outcome]) -> Result<()> {
+    print_table(outcomes);
+    let crashed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| o.crashed)
+        .map(|o| o.target.as_str())
+        .collect();
+    if !crashed.is_empty() {
+        bail!(
+            "fuzz targets crashed: {crashed:?}: the inputs are in fuzz/artifacts/TARGET; fix \
+             the parser and keep each input in fuzz/regressions/TARGET"
+        );
+    }
+    Ok(())
 }
 
 fn print_table(outcomes: &[Outcome]) {
