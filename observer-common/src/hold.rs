@@ -46,12 +46,19 @@ pub struct ExeKey {
     pub _pad: u32,
 }
 
-/// A process stopped at its exec.
+/// [`HoldEvent::kind`]: stopped at its exec; `exe` is its executable.
+pub const HOLD_EXEC: u32 = 0;
+/// Stopped on its way out of an mmap of a file executable (a library it
+/// opened while running); `exe` is that file.
+pub const HOLD_MAPPING: u32 = 1;
+
+/// A process stopped for a file the observer has not looked at yet.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HoldEvent {
     pub ts_ns: u64,
     pub pid: u32,
-    pub _pad: u32,
+    /// [`HOLD_EXEC`] or [`HOLD_MAPPING`].
+    pub kind: u32,
     pub exe: ExeKey,
 }

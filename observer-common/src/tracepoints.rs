@@ -85,6 +85,12 @@ layout!(sched_process_exec, "sched", "sched_process_exec", {
     PID: "pid" @ 12 / 4,
 });
 
+// A syscall's arguments, each an unsigned long after the syscall number.
+layout!(sys_enter_mmap, "syscalls", "sys_enter_mmap", {
+    PROT: "prot" @ 32 / 8,
+    FD: "fd" @ 48 / 8,
+});
+
 layout!(sched_process_exit, "sched", "sched_process_exit", {
     PID: "pid" @ 24 / 4,
 });

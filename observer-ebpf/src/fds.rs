@@ -4,6 +4,8 @@
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
 
+use observer_common::tls::go::FdWalk;
+
 use crate::maps::fd_walk;
 
 #[inline(always)]
@@ -23,6 +25,18 @@ pub fn socket_of(fd: u64) -> Option<u64> {
     }
     // SAFETY: a helper returning the current task's address.
     let task = unsafe { bpf_get_current_task() };
+    let file = file_of(&w, task, fd)?;
+    let socket: u64 = kernel(file + u64::from(w.file_private_data))?;
+    kernel(socket + u64::from(w.socket_sk))
+}
+
+/// The `struct file *` behind descriptor `fd` of `task` (None: no such
+/// descriptor, or the walk is unknown).
+#[inline(always)]
+pub fn file_of(w: &FdWalk, task: u64, fd: u64) -> Option<u64> {
+    if w.task_files == 0 {
+        return None;
+    }
     let files: u64 = kernel(task + u64::from(w.task_files))?;
     let fdt: u64 = kernel(files + u64::from(w.files_fdt))?;
     let max: u32 = kernel(fdt + u64::from(w.fdt_max_fds))?;
@@ -31,6 +45,5 @@ pub fn socket_of(fd: u64) -> Option<u64> {
     }
     let fds: u64 = kernel(fdt + u64::from(w.fdt_fd))?;
     let file: u64 = kernel(fds + fd * 8)?;
-    let socket: u64 = kernel(file + u64::from(w.file_private_data))?;
-    kernel(socket + u64::from(w.socket_sk))
+    (file != 0).then_some(file)
 }

@@ -12,12 +12,15 @@ use aya_ebpf::{
     programs::TracePointContext,
     EbpfContext,
 };
-use observer_common::{tracepoints::sched_process_exec as f, EventKind, ExecEvent, ProcessEvent};
+use observer_common::{
+    tracepoints::{sched_process_exec as f, sys_enter_mmap as m},
+    EventKind, ExecEvent, ProcessEvent,
+};
 
 use crate::{
     ctx::{field, now_ns},
     events::{reserve, submit_flags},
-    exec_hold::maybe_hold,
+    exec_hold::{maybe_hold, maybe_hold_mapping},
 };
 
 /// Format: filename (__data_loc char[]), pid, old_pid.
@@ -45,6 +48,16 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
         entry.submit(submit_flags());
     }
     maybe_hold(pid, now);
+    0
+}
+
+/// Every mmap: one of a file not looked at yet, mapped executable, may be
+/// held (`exec_hold`).
+#[tracepoint]
+pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
+    let prot: u64 = field(&ctx, m::PROT);
+    let fd: u64 = field(&ctx, m::FD);
+    maybe_hold_mapping(prot, fd);
     0
 }
 

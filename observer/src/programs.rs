@@ -286,6 +286,16 @@ pub const PROGRAMS: &[Program] = &[
         false,
         "executables of short-lived processes, fresh names after exec, TLS probes at exec",
     ),
+    Program {
+        name: "sys_enter_mmap",
+        hook: Hook::TracePoint {
+            layout: tracepoints::sys_enter_mmap::LAYOUT,
+        },
+        feature: Feature::TlsHandshakes,
+        also: None,
+        required: false,
+        gives: "TLS probes on a library a running program opens (dlopen) before its first call",
+    },
     tp(
         "sched_process_exit",
         tracepoints::sched_process_exit::LAYOUT,

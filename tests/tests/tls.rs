@@ -836,6 +836,53 @@ fn a_library_only_another_mount_namespace_sees() {
 /// the new file (probed as a file of its own); both get their connections'
 /// TLS records. Once no process maps the old file, its probes come off at
 /// the next full scan of the processes (every 10 s): no probe outlives it.
+/// A program that opens a TLS library while it runs (Python imports ssl,
+/// which maps libssl) and handshakes at once, against a server that answers
+/// at once: the library is one the observer never saw (a copy of its own
+/// for each process, as a conda or venv install carries), so only holding
+/// the process at that mmap puts the probes on before its first handshake.
+#[test]
+fn a_library_opened_while_running_is_probed_before_its_first_handshake() {
+    let Some(_serial) = begin("dlopen_tls", &["openssl", "python3"]) else {
+        return;
+    };
+    let libdir = libssl_dir();
+    let cert = Cert::new();
+    let server = tls_server(&cert, "tls", 0, 0);
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        let lib = cert.dir.join(format!("lib{i}"));
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::copy(format!("{libdir}/libssl.so.3"), lib.join("libssl.so.3")).unwrap();
+        let out = Command::new("python3")
+            .arg(helper("tls_client.py"))
+            .args(["--port", &server.port.to_string()])
+            .env("LD_LIBRARY_PATH", &lib)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        clients.push(serde_json::from_slice::<Value>(&out.stdout).unwrap());
+    }
+    let out = w.stop();
+    for c in &clients {
+        let r = only(&out, "local_port", &c["local_port"]);
+        let tls = &r["tls"];
+        assert_eq!(tls["library"], "openssl", "{r:#}");
+        assert_eq!(tls["ttfb_source"], "plaintext", "{r:#}");
+        let (ours, own) = (
+            ms_of(&tls["handshake_ns"]),
+            c["handshake_ms"].as_f64().unwrap(),
+        );
+        assert!(
+            ours > 0.0 && ours <= own + 0.1,
+            "handshake {ours:.3} ms, the client's {own:.3} ms: {r:#}"
+        );
+    }
+    let hold = &out.summary()["tls"]["exec_hold"];
+    assert!(hold["held_mappings"].as_u64() >= Some(3), "{hold:#}");
+}
+
 #[test]
 fn a_library_replaced_on_disk_while_in_use() {
     let Some(_serial) = begin("replaced_tls", &["openssl", "python3"]) else {

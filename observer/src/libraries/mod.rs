@@ -6,6 +6,7 @@
 pub mod discovery;
 pub mod elf;
 pub mod golang;
+pub mod pinned;
 pub mod procmaps;
 pub mod rustls;
 

@@ -1,9 +1,8 @@
 //! The files a process maps executable, from `/proc/PID/maps`.
 
-use std::{
-    os::unix::fs::MetadataExt,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
+
+use super::pinned::Pinned;
 
 /// A file by identity: (st_dev, st_ino). Uprobes live on inodes, so a file
 /// reached through two paths (a container's root, a symlink) is one file.
@@ -53,23 +52,17 @@ pub fn executable_files(proc_root: &Path, pid: u32) -> std::io::Result<Vec<Mappi
     Ok(out)
 }
 
-/// A path through which this process (the observer) reaches the very file
-/// `pid` maps: its path under `/proc/PID/root` (how containers' files are
-/// reached) when that is the same inode, else the mapping's own link in
+/// The very file `pid` maps, opened, and the path it was reached by: its
+/// path under `/proc/PID/root` (how containers' files are reached) when
+/// that is the same inode, else the mapping's own link in
 /// `/proc/PID/map_files` (a file replaced or deleted since it was mapped).
-pub fn reachable_path(proc_root: &Path, pid: u32, m: &Mapping) -> Option<PathBuf> {
+pub fn reachable(proc_root: &Path, pid: u32, m: &Mapping) -> Option<(Pinned, PathBuf)> {
     let base = proc_root.join(pid.to_string());
     let via_root = base.join("root").join(m.path.trim_start_matches('/'));
-    let same = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|md| (md.dev(), md.ino()) == m.id)
-            .unwrap_or(false)
-    };
-    if same(&via_root) {
-        return Some(via_root);
-    }
     let via_map = base.join("map_files").join(&m.range);
-    same(&via_map).then_some(via_map)
+    [via_root, via_map]
+        .into_iter()
+        .find_map(|p| Some((Pinned::open_if(&p, m.id)?, p)))
 }
 
 #[cfg(test)]
@@ -102,7 +95,8 @@ mod tests {
             .iter()
             .find(|m| Path::new(&m.path) == exe)
             .expect("the test binary is mapped");
-        let p = reachable_path(Path::new("/proc"), me, m).expect("reachable");
+        let (file, p) = reachable(Path::new("/proc"), me, m).expect("reachable");
         assert!(p.starts_with(format!("/proc/{me}/root")), "{p:?}");
+        assert_eq!(file.id(), m.id);
     }
 }

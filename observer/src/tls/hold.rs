@@ -147,8 +147,9 @@ pub fn resume(pid: u32) {
 }
 
 /// Resumes the processes a killed observer left held: stopped (state T,
-/// not traced) on their way out of execve, which is where a hold stops them
-/// and where nobody else's SIGSTOP lands short of a race with the exec.
+/// not traced) on their way out of execve or mmap, which is where a hold
+/// stops them and where nobody else's SIGSTOP lands short of a race with
+/// the call.
 pub fn resume_left_behind(proc_root: &Path) -> u64 {
     let Ok(pids) = crate::libraries::discovery::running_pids(proc_root, std::process::id()) else {
         return 0;
@@ -158,8 +159,8 @@ pub fn resume_left_behind(proc_root: &Path) -> u64 {
         let dir = proc_root.join(pid.to_string());
         let stopped =
             std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| state_of(&s) == Some('T'));
-        if stopped && std::fs::read_to_string(dir.join("syscall")).is_ok_and(|s| in_exec(&s)) {
-            tracing::info!("exec hold: pid {pid} was left stopped at exec; resumed");
+        if stopped && std::fs::read_to_string(dir.join("syscall")).is_ok_and(|s| in_held_call(&s)) {
+            tracing::info!("exec hold: pid {pid} was left stopped at exec or mmap; resumed");
             resume(pid);
             resumed += 1;
         }
@@ -172,9 +173,20 @@ fn state_of(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// /proc/PID/syscall of a task stopped in execve (59) or execveat (322).
-fn in_exec(syscall: &str) -> bool {
-    matches!(syscall.split_whitespace().next(), Some("59" | "322"))
+/// The calls a hold stops a task on its way out of: execve, execveat, mmap.
+#[cfg(target_arch = "x86_64")]
+const HELD_CALLS: &[&str] = &["59", "322", "9"];
+#[cfg(target_arch = "aarch64")]
+const HELD_CALLS: &[&str] = &["221", "281", "222"];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const HELD_CALLS: &[&str] = &[];
+
+/// /proc/PID/syscall of a task stopped in one of [`HELD_CALLS`].
+fn in_held_call(syscall: &str) -> bool {
+    syscall
+        .split_whitespace()
+        .next()
+        .is_some_and(|nr| HELD_CALLS.contains(&nr))
 }
 
 /// stat's st_dev to the kernel's dev_t (major << 20 | minor).
@@ -248,8 +260,11 @@ mod tests {
         assert_eq!(state_of("12 (a (b) c) T 1 12 12 0"), Some('T'));
         assert_eq!(state_of("12 (cat) S 1"), Some('S'));
         assert_eq!(state_of("garbage"), None);
-        assert!(in_exec("59 0x0 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x401000"));
-        assert!(!in_exec("0 0x3 0x7ffd 0x1000 0x0 0x0 0x0 0x7ffd 0x7f12"));
-        assert!(!in_exec("running"));
+        assert!(in_held_call("59 0x0 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x401000"));
+        assert!(in_held_call("9 0x0 0x1000 0x5 0x802 0x3 0x0 0x7ffd 0x7f12"));
+        assert!(!in_held_call(
+            "0 0x3 0x7ffd 0x1000 0x0 0x0 0x0 0x7ffd 0x7f12"
+        ));
+        assert!(!in_held_call("running"));
     }
 }

@@ -33,7 +33,7 @@ use std::{
 
 use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, MapData};
 use observer_common::{
-    hold::HoldEvent,
+    hold::{HoldEvent, HOLD_MAPPING},
     tls::{library, TlsProc, TLS_PROCS_MAP, TLS_WAKE_MAP},
 };
 
@@ -51,7 +51,8 @@ use crate::{
     libraries::{
         discovery,
         elf::{classify, TlsImage},
-        procmaps::{executable_files, reachable_path, FileId, Mapping},
+        pinned::Pinned,
+        procmaps::{executable_files, reachable, FileId, Mapping},
         system_libc,
     },
     programs::{self, Feature, Library, UprobeSite},
@@ -63,7 +64,11 @@ use crate::{
 pub type OnCLibrary = Box<dyn FnMut(&mut Probes, &Path, &str) + Send>;
 
 struct TlsFile {
-    attach: PathBuf,
+    /// Where it was found: shown, and looked at for whether it is still on
+    /// disk.
+    path: PathBuf,
+    /// Every probe goes on through it (see `Pinned`).
+    pinned: Pinned,
     /// Its plaintext uprobes (placed for all processes or per process).
     plaintext_sites: Vec<ProbeSite>,
     /// A program's executable (Go), not a library: while it is per
@@ -271,7 +276,7 @@ impl TlsProbes {
             .iter()
             .filter(|(id, f)| {
                 f.as_ref().is_some_and(|f| {
-                    !f.executable && !mapped.contains(*id) && !same_file(&f.attach, **id)
+                    !f.executable && !mapped.contains(*id) && !same_file(&f.path, **id)
                 })
             })
             .map(|(id, _)| *id)
@@ -292,7 +297,7 @@ impl TlsProbes {
             self.report.files_released += 1;
             tracing::info!(
                 "TLS: {} is no longer on disk nor mapped: its probes are off",
-                file.attach.display()
+                file.path.display()
             );
         }
     }
@@ -313,18 +318,16 @@ impl TlsProbes {
         let mut tls = Vec::new();
         for m in maps {
             if !self.files.contains_key(&m.id) {
-                match reachable_path(&self.proc_root, pid, &m) {
-                    Some(path) => {
-                        // A path in our own namespace outlives the process.
-                        let path = if same_file(Path::new(&m.path), m.id) {
-                            PathBuf::from(&m.path)
-                        } else {
-                            path
-                        };
-                        self.consider(probes, m.id, &path, &m.path)
-                    }
-                    None => continue,
-                }
+                let Some((pinned, via)) = reachable(&self.proc_root, pid, &m) else {
+                    continue;
+                };
+                // A path in our own namespace outlives the process.
+                let path = if same_file(Path::new(&m.path), m.id) {
+                    PathBuf::from(&m.path)
+                } else {
+                    via
+                };
+                self.consider(probes, pinned, &path, &m.path);
             }
             if matches!(self.files.get(&m.id), Some(Some(_))) {
                 tls.push(m);
@@ -336,27 +339,31 @@ impl TlsProbes {
     /// A file of this host's: the real one, not the symlinks to it.
     fn consider_file(&mut self, probes: &mut Probes, link: &Path) {
         if let Some((id, path)) = discovery::host_file(link) {
-            self.consider(probes, id, &path, &path.display().to_string());
+            if let Some(pinned) = Pinned::open_if(&path, id) {
+                self.consider(probes, pinned, &path, &path.display().to_string());
+            }
         }
     }
 
     /// Classifies a file once; a TLS one gets its all-process probes.
-    fn consider(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
+    /// `path`: where it was found, kept (see `TlsFile`).
+    fn consider(&mut self, probes: &mut Probes, pinned: Pinned, path: &Path, shown: &str) {
+        let id = pinned.id();
         if self.files.contains_key(&id) {
             return;
         }
         if let Some(h) = &mut self.holds {
             h.know_file(id);
         }
-        let image = match classify(path) {
+        let image = match classify(&pinned.path()) {
             Ok(img) => {
                 if img.resolver && Some(id) != self.system_libc {
-                    (self.on_c_library)(probes, path, shown);
+                    (self.on_c_library)(probes, &pinned.path(), shown);
                 }
                 match img.tls {
                     Some(tls) if self.usable() => tls,
                     None if self.usable() => {
-                        self.consider_go(probes, id, path, shown);
+                        self.consider_go(probes, pinned, path, shown);
                         return;
                     }
                     _ => {
@@ -375,7 +382,7 @@ impl TlsProbes {
         let mut report = TlsFileReport::new(shown, image.library, id);
         let mut handshake = Vec::new();
         for site in sites(&image, Feature::TlsHandshakes) {
-            match site.attach_all(probes, path) {
+            match site.attach_all(probes, &pinned.path()) {
                 Ok(link) => {
                     report.probes += 1;
                     handshake.push((site.program, link));
@@ -394,7 +401,7 @@ impl TlsProbes {
         );
         self.report.files.push(report);
         let plaintext_sites = sites(&image, Feature::TlsPlaintext);
-        self.add_file(probes, id, path, plaintext_sites, false);
+        self.add_file(probes, pinned, path, plaintext_sites, false);
         if let Some(Some(file)) = self.files.get_mut(&id) {
             file.handshake = handshake;
         }
@@ -405,13 +412,15 @@ impl TlsProbes {
     fn add_file(
         &mut self,
         probes: &mut Probes,
-        id: FileId,
+        pinned: Pinned,
         path: &Path,
         plaintext_sites: Vec<ProbeSite>,
         executable: bool,
     ) {
+        let id = pinned.id();
         let mut file = TlsFile {
-            attach: path.to_owned(),
+            path: path.to_owned(),
+            pinned,
             plaintext_sites,
             executable,
             report: self.report.files.len() - 1,
@@ -428,17 +437,17 @@ impl TlsProbes {
 
     /// A Go executable gets its crypto/tls probes, or the report says why
     /// not; its plaintext probes are kept like a library's.
-    fn consider_go(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
+    fn consider_go(&mut self, probes: &mut Probes, pinned: Pinned, path: &Path, shown: &str) {
         let Some(GoConsidered {
             report: mut go,
             file,
             plaintext,
-        }) = self.go.consider(probes, id, path, shown)
+        }) = self.go.consider(probes, pinned.id(), &pinned.path(), shown)
         else {
-            self.consider_rustls(probes, id, path, shown);
+            self.consider_rustls(probes, pinned, path, shown);
             return;
         };
-        go.probes += self.add_executable(probes, id, path, file, plaintext);
+        go.probes += self.add_executable(probes, pinned, path, file, plaintext);
         if !listed(&mut self.report.go_executables, go) {
             self.report.go_executables_unlisted += 1;
         }
@@ -447,11 +456,12 @@ impl TlsProbes {
     /// A Rust executable with rustls gets its probes, or the report says
     /// why not; its plaintext probes are kept like a Go executable's. The
     /// observer's own (it carries rustls for OTLP) is left alone.
-    fn consider_rustls(&mut self, probes: &mut Probes, id: FileId, path: &Path, shown: &str) {
+    fn consider_rustls(&mut self, probes: &mut Probes, pinned: Pinned, path: &Path, shown: &str) {
+        let id = pinned.id();
         let considered = if Some(id) == own_executable() {
             None
         } else {
-            rustls::consider(probes, id, path, shown)
+            rustls::consider(probes, id, &pinned.path(), shown)
         };
         let Some(RustlsConsidered {
             report: mut found,
@@ -462,7 +472,7 @@ impl TlsProbes {
             self.files.insert(id, None);
             return;
         };
-        found.probes += self.add_executable(probes, id, path, file, plaintext);
+        found.probes += self.add_executable(probes, pinned, path, file, plaintext);
         if !listed(&mut self.report.rustls_executables, found) {
             self.report.rustls_executables_unlisted += 1;
         }
@@ -474,7 +484,7 @@ impl TlsProbes {
     fn add_executable(
         &mut self,
         probes: &mut Probes,
-        id: FileId,
+        pinned: Pinned,
         path: &Path,
         file: Option<TlsFileReport>,
         plaintext: Vec<ProbeSite>,
@@ -483,12 +493,13 @@ impl TlsProbes {
             self.report.attach_errors += file.errors.len() as u64;
             self.report.files.push(file);
         }
+        let id = pinned.id();
         if plaintext.is_empty() {
             self.files.insert(id, None);
             return 0;
         }
         // Its file report is the last one.
-        self.add_file(probes, id, path, plaintext, true);
+        self.add_file(probes, pinned, path, plaintext, true);
         let placed = match self.files.get(&id) {
             Some(Some(f)) => f.all.len(),
             _ => 0,
@@ -502,7 +513,7 @@ impl TlsProbes {
     /// The plaintext probes on `file` for all processes.
     fn attach_all(&mut self, probes: &mut Probes, file: &mut TlsFile) {
         for site in &file.plaintext_sites {
-            match site.attach_all(probes, &file.attach) {
+            match site.attach_all(probes, &file.pinned.path()) {
                 Ok(link) => file.all.push((site.program, link)),
                 Err(e) => self.file_error(file.report, chain(&e)),
             }
@@ -565,13 +576,47 @@ impl TlsProbes {
     }
 
     /// A process stopped at exec: its executable is looked at (a Go one
-    /// gets its probes) and remembered in the kernel, then it runs on.
+    /// gets its probes) and remembered in the kernel, then it runs on. One
+    /// stopped at an mmap: its files are (the new library among them).
     fn on_held(&mut self, probes: &mut Probes, ev: HoldEvent) {
-        use std::os::unix::fs::MetadataExt;
+        if ev.kind == HOLD_MAPPING {
+            self.on_held_mapping(probes, ev);
+        } else {
+            self.on_held_exec(probes, ev);
+        }
+        resume(ev.pid);
+        let held_us = crate::clock::monotonic_ns().saturating_sub(ev.ts_ns) / 1000;
+        let r = &mut self.report.exec_hold;
+        r.held += 1;
+        r.total_us += held_us;
+        r.max_us = r.max_us.max(held_us);
+        tracing::debug!("hold: pid {} held {held_us} us", ev.pid);
+    }
+
+    /// A library mapped while the process runs: a TLS one gets its probes
+    /// for every process, and this one's own while it is followed.
+    fn on_held_mapping(&mut self, probes: &mut Probes, ev: HoldEvent) {
+        self.report.exec_hold.held_mappings += 1;
+        let tls = self.scan(probes, ev.pid);
+        if self.procs.contains_key(&ev.pid) {
+            for m in tls {
+                if matches!(self.files.get(&m.id), Some(Some(f)) if f.all.is_empty()) {
+                    self.attach_process(probes, ev.pid, &m);
+                }
+            }
+        }
+        // Known whatever became of it (a file that could not be read is not
+        // worth a stop at every mapping).
+        if let Some(h) = &mut self.holds {
+            h.know(ev.exe);
+        }
+    }
+
+    fn on_held_exec(&mut self, probes: &mut Probes, ev: HoldEvent) {
         let exe = self.proc_root.join(ev.pid.to_string()).join("exe");
         let mut known = true;
-        if let Ok(md) = std::fs::metadata(&exe) {
-            let id = (md.dev(), md.ino());
+        if let Ok(pinned) = Pinned::open(&exe) {
+            let id = pinned.id();
             if self.is_per_process(id) {
                 // A busy process runs this Go executable: this one gets
                 // probes of its own before it runs, and the next is held
@@ -592,18 +637,11 @@ impl TlsProbes {
             } else {
                 exe
             };
-            self.consider(probes, id, &path, &shown);
+            self.consider(probes, pinned, &path, &shown);
         }
         if let Some(h) = self.holds.as_mut().filter(|_| known) {
             h.know(ev.exe);
         }
-        resume(ev.pid);
-        let held_us = crate::clock::monotonic_ns().saturating_sub(ev.ts_ns) / 1000;
-        let r = &mut self.report.exec_hold;
-        r.held += 1;
-        r.total_us += held_us;
-        r.max_us = r.max_us.max(held_us);
-        tracing::debug!("exec hold: pid {} held {held_us} us", ev.pid);
     }
 
     /// Starts holding new executables at exec (they report to `tx`, the
@@ -762,7 +800,7 @@ impl TlsProbes {
         self.report.files_per_process_total += 1;
         tracing::info!(
             "TLS: {} per process now (a busy process maps it), in {:?}",
-            file.attach.display(),
+            file.path.display(),
             t.elapsed()
         );
     }
@@ -817,13 +855,8 @@ impl TlsProbes {
         };
         let mut errors = Vec::new();
         let mut held = Vec::new();
+        let path = file.pinned.path();
         if probes.uprobe_mechanism() == "uprobe_multi" {
-            let path = if same_file(&file.attach, m.id) {
-                Some(file.attach.clone())
-            } else {
-                reachable_path(&self.proc_root, pid, m)
-            };
-            let Some(path) = path else { return };
             for site in &file.plaintext_sites {
                 match probes.process_uprobe(site.program, &path, site.offset, site.cookie, pid) {
                     Some(Ok(link)) => held.push(ProcessProbe::Link(link)),
@@ -832,14 +865,6 @@ impl TlsProbes {
                 }
             }
         } else if file.plaintext.is_none() {
-            // The path the file was found by may have belonged to a process
-            // that is gone (its /proc/PID/root); this one's works.
-            let path = if same_file(&file.attach, m.id) {
-                Some(file.attach.clone())
-            } else {
-                reachable_path(&self.proc_root, pid, m)
-            };
-            let Some(path) = path else { return };
             let mut ids = Vec::new();
             for site in &file.plaintext_sites {
                 let defined = probes

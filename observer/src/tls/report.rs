@@ -74,10 +74,13 @@ pub struct ExecHoldReport {
     pub on: bool,
     /// Why holding is off (None while on).
     pub off_reason: Option<String>,
-    /// Processes held and resumed.
+    /// Processes held and resumed (at exec, or at a mapping).
     pub held: u64,
-    /// The longest and the total time a process was held, from its exec to
-    /// its resumption, in microseconds.
+    /// Of those, held at an mmap of a file not looked at yet (a library
+    /// opened while running).
+    pub held_mappings: u64,
+    /// The longest and the total time a process was held, from its exec (or
+    /// mmap) to its resumption, in microseconds.
     pub max_us: u64,
     pub total_us: u64,
     /// Processes a killed observer had left held, resumed at start.
