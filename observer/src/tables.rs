@@ -29,6 +29,9 @@ pub struct Tables {
     pub tls_exec_scans: AtomicU64,
     /// Files the TLS manager has looked at (TLS or not).
     pub tls_files: AtomicU64,
+    /// Go executables given an index in the kernel's offsets map (at most
+    /// `MAX_GO_BINARIES`).
+    pub tls_go_executables: AtomicU64,
     /// The kernel's per-process TLS map (`TLS_PROCS`).
     pub kernel_tls_processes: AtomicU64,
     /// The kernel's connection map (`CONNS`): every TCP socket of the
@@ -47,6 +50,7 @@ pub struct TablesSummary {
     pub tls_busy_processes: u64,
     pub tls_exec_scans: u64,
     pub tls_files: u64,
+    pub tls_go_executables: u64,
     pub kernel_tls_processes: u64,
     pub kernel_connections: u64,
 }
@@ -67,6 +71,7 @@ impl Tables {
             tls_busy_processes: g(&self.tls_busy_processes),
             tls_exec_scans: g(&self.tls_exec_scans),
             tls_files: g(&self.tls_files),
+            tls_go_executables: g(&self.tls_go_executables),
             kernel_tls_processes: g(&self.kernel_tls_processes),
             kernel_connections: g(&self.kernel_connections),
         }
@@ -75,7 +80,7 @@ impl Tables {
 
 impl TablesSummary {
     /// (label, entries), for the metric.
-    pub fn by_name(&self) -> [(&'static str, u64); 10] {
+    pub fn by_name(&self) -> [(&'static str, u64); 11] {
         [
             ("processes", self.processes),
             ("cgroups", self.cgroups),
@@ -85,6 +90,7 @@ impl TablesSummary {
             ("tls_busy_processes", self.tls_busy_processes),
             ("tls_exec_scans", self.tls_exec_scans),
             ("tls_files", self.tls_files),
+            ("tls_go_executables", self.tls_go_executables),
             ("kernel_tls_processes", self.kernel_tls_processes),
             ("kernel_connections", self.kernel_connections),
         ]

@@ -329,6 +329,7 @@ fn assert_back_down(warm: &HashMap<String, u64>, after: &HashMap<String, u64>) {
         ("tls_busy_processes", 2),
         ("tls_exec_scans", 500),
         ("tls_files", 10),
+        ("tls_go_executables", 2),
         ("kernel_tls_processes", 10),
         ("kernel_connections", 200),
     ];

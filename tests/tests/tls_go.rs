@@ -962,3 +962,72 @@ fn a_busy_go_server_stops_trapping() {
     );
     drop(server);
 }
+
+/// The observer's open descriptors.
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Programs built, run once and deleted (a build directory, a CI job's
+/// checkout): once no process runs them and they are gone from disk, the
+/// next full scan (every 10 s) lets their files go: their probes off (their
+/// descriptors closed), their Go offsets' index free, their entries gone. A
+/// host that builds and runs programs all day must not keep every one.
+#[test]
+fn go_executables_gone_from_disk_are_let_go() {
+    let Some(_serial) = begin("tls_go_gone", &["openssl", "go"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let port = free_port();
+    // Built before the observer starts: the Go toolchain (a Go executable
+    // with crypto/tls, and still on disk) is then none of its files.
+    let (server_bin, client_bin) = (fresh_copy(&go_bin(GOTLS)), fresh_copy(&go_bin(STRIPPED)));
+    let hello_bin = fresh_copy(&go_bin(NO_TLS));
+    let w = Watch::start(&["--port", &port.to_string()]);
+    let observer = w.pid();
+    let before = fds_of(observer);
+    let server = go_server(&server_bin, &cert, port);
+    let lines = go_client(&client_bin, port, &["-n", "1"]);
+    let mut hello = Killed(
+        Command::new(&hello_bin)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut up = String::new();
+    BufReader::new(hello.0.stdout.take().unwrap())
+        .read_line(&mut up)
+        .unwrap();
+    let during = fds_of(observer);
+    drop(server);
+    drop(hello);
+    for bin in [&server_bin, &client_bin, &hello_bin] {
+        std::fs::remove_dir_all(bin.parent().unwrap()).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(11_500));
+    let after = fds_of(observer);
+    eprintln!("descriptors: {before} before, {during} while the programs ran, {after} after");
+    let out = w.stop();
+    is_go_tls(
+        "the client",
+        conn(&out, "outbound", &lines[0]["local_port"], port),
+    );
+    let summary = out.summary();
+    let files = summary["tls"]["files"].as_array().unwrap();
+    for bin in [&server_bin, &client_bin] {
+        let f = files
+            .iter()
+            .find(|f| f["path"] == json!(bin.display().to_string()))
+            .unwrap_or_else(|| panic!("{} not probed: {files:#?}", bin.display()));
+        assert!(f["probes"].as_u64() > Some(0), "{f:#}");
+        assert_eq!(f["released"], true, "{f:#}");
+    }
+    assert_eq!(summary["tables"]["tls_go_executables"], 0, "{summary:#}");
+    assert!(
+        during >= before + 4 && after <= before + 2,
+        "descriptors: {before} before, {during} while the programs ran, {after} after"
+    );
+}

@@ -22,7 +22,7 @@ use super::{
     site::ProbeSite,
 };
 use crate::{
-    ebpf::{chain, Probes},
+    ebpf::{chain, Probes, UprobeLink},
     libraries::{
         golang::{self, GoImage},
         procmaps::FileId,
@@ -36,6 +36,10 @@ pub struct GoConsidered {
     pub report: GoExecutableReport,
     pub file: Option<TlsFileReport>,
     pub plaintext: Vec<ProbeSite>,
+    /// Its handshake probes, and its index in the offsets map: given back
+    /// when the file is let go ([`GoFiles::release`]).
+    pub handshake: Vec<(&'static str, UprobeLink)>,
+    pub index: Option<u32>,
 }
 
 /// Executables (Go, rustls) listed in the report at most (the rest are counted).
@@ -44,6 +48,8 @@ const MAX_LISTED: usize = 64;
 pub struct GoFiles {
     offsets: Option<BpfHashMap<MapData, u32, GoOffsets>>,
     next_index: u32,
+    /// Indices of executables let go, given again first.
+    free: Vec<u32>,
 }
 
 /// Why a Go executable got no index (its report's `not_probed` says so).
@@ -73,6 +79,7 @@ impl GoFiles {
         Self {
             offsets,
             next_index: 0,
+            free: Vec::new(),
         }
     }
 
@@ -102,6 +109,8 @@ impl GoFiles {
                     },
                     file: None,
                     plaintext: Vec::new(),
+                    handshake: Vec::new(),
+                    index: None,
                 });
             }
         };
@@ -122,13 +131,19 @@ impl GoFiles {
                     report,
                     file: Some(file),
                     plaintext: Vec::new(),
+                    handshake: Vec::new(),
+                    index: None,
                 });
             }
         };
         let base = u64::from(library::GO) | (u64::from(index) << 16);
+        let mut handshake = Vec::new();
         for site in sites(&image, Feature::TlsHandshakes, base) {
             match site.attach_all(probes, path) {
-                Ok(_) => report.probes += 1,
+                Ok(link) => {
+                    report.probes += 1;
+                    handshake.push((site.program, link));
+                }
                 Err(e) => {
                     if file.errors.len() < 8 {
                         file.errors.push(chain(&e));
@@ -148,20 +163,38 @@ impl GoFiles {
             report,
             file: Some(file),
             plaintext: sites(&image, Feature::TlsPlaintext, base),
+            handshake,
+            index: Some(index),
         })
     }
 
     /// Gives the executable an index and its offsets to the kernel.
     fn register(&mut self, image: &GoImage) -> Result<u32, RegisterError> {
         let map = self.offsets.as_mut().ok_or(RegisterError::NoMap)?;
-        if self.next_index >= MAX_GO_BINARIES {
-            return Err(RegisterError::Full);
-        }
-        let index = self.next_index;
+        let index = match self.free.last() {
+            Some(&i) => i,
+            None if self.next_index < MAX_GO_BINARIES => self.next_index,
+            None => return Err(RegisterError::Full),
+        };
         map.insert(index, image.offsets, 0)
             .map_err(RegisterError::Insert)?;
-        self.next_index += 1;
+        if self.free.pop().is_none() {
+            self.next_index += 1;
+        }
         Ok(index)
+    }
+
+    /// An executable let go (its probes are off): its index is free again.
+    pub fn release(&mut self, index: u32) {
+        if let Some(map) = &mut self.offsets {
+            let _ = map.remove(&index);
+        }
+        self.free.push(index);
+    }
+
+    /// Executables holding an index now.
+    pub fn registered(&self) -> usize {
+        self.next_index as usize - self.free.len()
     }
 }
 

@@ -85,6 +85,18 @@ struct TlsFile {
     /// The per-process plaintext hooks' shared uprobe events, made at the
     /// first process that needs them.
     plaintext: Option<Vec<EventId>>,
+    /// A Go executable's index in the offsets map.
+    go_index: Option<u32>,
+}
+
+/// What looking at an executable with TLS compiled in (Go, rustls) gave
+/// (see `GoConsidered`).
+struct CompiledIn {
+    /// Its file report; None: no TLS in it that can be probed.
+    file: Option<TlsFileReport>,
+    plaintext: Vec<ProbeSite>,
+    handshake: Vec<(&'static str, UprobeLink)>,
+    go_index: Option<u32>,
 }
 
 /// A process whose plaintext calls are captured, its rate watched.
@@ -112,6 +124,11 @@ pub struct TlsProbes {
     proc_root: PathBuf,
     /// Every file looked at; None: no TLS library in it.
     files: HashMap<FileId, Option<TlsFile>>,
+    /// Where each file without TLS was found (a C library's excepted: its
+    /// resolver probes stay): one that no process maps and that is no
+    /// longer there is forgotten, so files that come and go (programs
+    /// built and run once) do not pile up.
+    others: HashMap<FileId, PathBuf>,
     procs: HashMap<u32, Followed>,
     high_rate: HashSet<u32>,
     scans: Vec<(Instant, u32)>,
@@ -213,6 +230,7 @@ impl TlsProbes {
             settings,
             proc_root: proc_root.to_owned(),
             files: HashMap::new(),
+            others: HashMap::new(),
             procs: HashMap::new(),
             high_rate: HashSet::new(),
             scans: Vec::new(),
@@ -248,9 +266,10 @@ impl TlsProbes {
         };
         let mut mapped = HashSet::new();
         for pid in pids {
-            mapped.extend(self.scan(probes, pid).into_iter().map(|m| m.id));
+            mapped.extend(self.scan_files(probes, pid).into_iter().map(|m| m.id));
         }
         self.release_unreachable(probes, &mapped);
+        self.forget_gone_others(&mapped);
         // Processes whose exit we missed are not followed.
         let gone: Vec<u32> = self
             .procs
@@ -275,9 +294,8 @@ impl TlsProbes {
             .files
             .iter()
             .filter(|(id, f)| {
-                f.as_ref().is_some_and(|f| {
-                    !f.executable && !mapped.contains(*id) && !same_file(&f.path, **id)
-                })
+                f.as_ref()
+                    .is_some_and(|f| !mapped.contains(*id) && !same_file(&f.path, **id))
             })
             .map(|(id, _)| *id)
             .collect();
@@ -291,6 +309,13 @@ impl TlsProbes {
             let mut links = std::mem::take(&mut file.handshake);
             links.append(&mut file.all);
             probes.detach_uprobes_now(links);
+            if let Some(index) = file.go_index {
+                self.go.release(index);
+            }
+            // Its inode number may come back as another file's.
+            if let Some(h) = &mut self.holds {
+                h.forget_file(id);
+            }
             if let Some(r) = self.report.files.get_mut(file.report) {
                 r.released = true;
             }
@@ -302,9 +327,42 @@ impl TlsProbes {
         }
     }
 
+    /// Files without TLS that no process maps (`mapped`: every file mapped
+    /// now) and that their path no longer reaches are forgotten (see
+    /// `others`).
+    fn forget_gone_others(&mut self, mapped: &HashSet<FileId>) {
+        let gone: Vec<FileId> = self
+            .others
+            .iter()
+            .filter(|(id, path)| !mapped.contains(*id) && !same_file(path, **id))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.others.remove(&id);
+            self.files.remove(&id);
+            if let Some(h) = &mut self.holds {
+                h.forget_file(id);
+            }
+        }
+    }
+
+    /// Remembers a file without TLS (not looked at again).
+    fn not_tls(&mut self, id: FileId, path: &Path) {
+        self.files.insert(id, None);
+        self.others.insert(id, path.to_owned());
+    }
+
     /// Looks at the files `pid` maps (a new one gets its probes); returns
     /// its TLS files.
     fn scan(&mut self, probes: &mut Probes, pid: u32) -> Vec<Mapping> {
+        let mut maps = self.scan_files(probes, pid);
+        maps.retain(|m| matches!(self.files.get(&m.id), Some(Some(_))));
+        maps
+    }
+
+    /// Looks at the files `pid` maps (a new one gets its probes); returns
+    /// them all.
+    fn scan_files(&mut self, probes: &mut Probes, pid: u32) -> Vec<Mapping> {
         let maps = match executable_files(&self.proc_root, pid) {
             Ok(m) => m,
             Err(e) => {
@@ -315,25 +373,22 @@ impl TlsProbes {
                 return Vec::new();
             }
         };
-        let mut tls = Vec::new();
-        for m in maps {
-            if !self.files.contains_key(&m.id) {
-                let Some((pinned, via)) = reachable(&self.proc_root, pid, &m) else {
-                    continue;
-                };
-                // A path in our own namespace outlives the process.
-                let path = if same_file(Path::new(&m.path), m.id) {
-                    PathBuf::from(&m.path)
-                } else {
-                    via
-                };
-                self.consider(probes, pinned, &path, &m.path);
+        for m in &maps {
+            if self.files.contains_key(&m.id) {
+                continue;
             }
-            if matches!(self.files.get(&m.id), Some(Some(_))) {
-                tls.push(m);
-            }
+            let Some((pinned, via)) = reachable(&self.proc_root, pid, m) else {
+                continue;
+            };
+            // A path in our own namespace outlives the process.
+            let path = if same_file(Path::new(&m.path), m.id) {
+                PathBuf::from(&m.path)
+            } else {
+                via
+            };
+            self.consider(probes, pinned, &path, &m.path);
         }
-        tls
+        maps
     }
 
     /// A file of this host's: the real one, not the symlinks to it.
@@ -364,6 +419,10 @@ impl TlsProbes {
                     Some(tls) if self.usable() => tls,
                     None if self.usable() => {
                         self.consider_go(probes, pinned, path, shown);
+                        if img.resolver {
+                            // Its resolver probes stay: never forgotten.
+                            self.others.remove(&id);
+                        }
                         return;
                     }
                     _ => {
@@ -375,7 +434,7 @@ impl TlsProbes {
             Err(e) => {
                 tracing::debug!("{e}");
                 self.report.files_unreadable += 1;
-                self.files.insert(id, None);
+                self.not_tls(id, path);
                 return;
             }
         };
@@ -428,6 +487,7 @@ impl TlsProbes {
             all: Vec::new(),
             busy: HashSet::new(),
             plaintext: None,
+            go_index: None,
         };
         if self.settings.policy != Policy::Off {
             self.attach_all(probes, &mut file);
@@ -442,12 +502,20 @@ impl TlsProbes {
             report: mut go,
             file,
             plaintext,
+            handshake,
+            index,
         }) = self.go.consider(probes, pinned.id(), &pinned.path(), shown)
         else {
             self.consider_rustls(probes, pinned, path, shown);
             return;
         };
-        go.probes += self.add_executable(probes, pinned, path, file, plaintext);
+        let compiled = CompiledIn {
+            file,
+            plaintext,
+            handshake,
+            go_index: index,
+        };
+        go.probes += self.add_executable(probes, pinned, path, compiled);
         if !listed(&mut self.report.go_executables, go) {
             self.report.go_executables_unlisted += 1;
         }
@@ -467,12 +535,19 @@ impl TlsProbes {
             report: mut found,
             file,
             plaintext,
+            handshake,
         }) = considered
         else {
-            self.files.insert(id, None);
+            self.not_tls(id, path);
             return;
         };
-        found.probes += self.add_executable(probes, pinned, path, file, plaintext);
+        let compiled = CompiledIn {
+            file,
+            plaintext,
+            handshake,
+            go_index: None,
+        };
+        found.probes += self.add_executable(probes, pinned, path, compiled);
         if !listed(&mut self.report.rustls_executables, found) {
             self.report.rustls_executables_unlisted += 1;
         }
@@ -486,22 +561,23 @@ impl TlsProbes {
         probes: &mut Probes,
         pinned: Pinned,
         path: &Path,
-        file: Option<TlsFileReport>,
-        plaintext: Vec<ProbeSite>,
+        compiled: CompiledIn,
     ) -> usize {
-        if let Some(file) = file {
-            self.report.attach_errors += file.errors.len() as u64;
-            self.report.files.push(file);
-        }
         let id = pinned.id();
-        if plaintext.is_empty() {
-            self.files.insert(id, None);
+        let Some(file) = compiled.file else {
+            self.not_tls(id, path);
             return 0;
-        }
+        };
+        self.report.attach_errors += file.errors.len() as u64;
+        self.report.files.push(file);
         // Its file report is the last one.
-        self.add_file(probes, pinned, path, plaintext, true);
-        let placed = match self.files.get(&id) {
-            Some(Some(f)) => f.all.len(),
+        self.add_file(probes, pinned, path, compiled.plaintext, true);
+        let placed = match self.files.get_mut(&id) {
+            Some(Some(f)) => {
+                f.handshake = compiled.handshake;
+                f.go_index = compiled.go_index;
+                f.all.len()
+            }
             _ => 0,
         };
         if let Some(r) = self.report.files.last_mut() {
@@ -925,6 +1001,7 @@ impl TlsProbes {
         Tables::set(&t.tls_busy_processes, self.high_rate.len());
         Tables::set(&t.tls_exec_scans, self.scans.len());
         Tables::set(&t.tls_files, self.files.len());
+        Tables::set(&t.tls_go_executables, self.go.registered());
         if let Some(map) = &self.procs_map {
             Tables::set(&t.kernel_tls_processes, map.keys().count());
         }

@@ -14,7 +14,7 @@ use super::{
     site::ProbeSite,
 };
 use crate::{
-    ebpf::{chain, Probes},
+    ebpf::{chain, Probes, UprobeLink},
     libraries::{procmaps::FileId, rustls as rl},
     programs::{self, Feature, Library},
 };
@@ -24,6 +24,8 @@ pub struct RustlsConsidered {
     pub report: RustlsExecutableReport,
     pub file: Option<TlsFileReport>,
     pub plaintext: Vec<ProbeSite>,
+    /// Its tying probes, taken off when the file is let go.
+    pub handshake: Vec<(&'static str, UprobeLink)>,
 }
 
 /// Puts the tying probes on `path` if it carries rustls, and gives its
@@ -52,13 +54,18 @@ pub fn consider(
                 },
                 file: None,
                 plaintext: Vec::new(),
+                handshake: Vec::new(),
             });
         }
     };
     let mut file = TlsFileReport::new(shown, library::RUSTLS, id);
+    let mut handshake = Vec::new();
     for site in sites(&image, Feature::TlsHandshakes) {
         match site.attach_all(probes, path) {
-            Ok(_) => file.probes += 1,
+            Ok(link) => {
+                file.probes += 1;
+                handshake.push((site.program, link));
+            }
             Err(e) => {
                 if file.errors.len() < 8 {
                     file.errors.push(chain(&e));
@@ -80,6 +87,7 @@ pub fn consider(
         },
         file: Some(file),
         plaintext: sites(&image, Feature::TlsPlaintext),
+        handshake,
     })
 }
 
