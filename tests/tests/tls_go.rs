@@ -760,6 +760,17 @@ fn go_process_running_before_observer() {
 /// probed one with its Go version and where its functions and struct
 /// offsets came from (symbols and DWARF; Go's function table and the
 /// version table when stripped), and one without crypto/tls with why not.
+/// The Go program without TLS ([`NO_TLS`]) from `bin`, up (it said so).
+fn hello_running(bin: &Path) -> Killed {
+    let mut hello = Killed(Command::new(bin).stdout(Stdio::piped()).spawn().unwrap());
+    let mut up = String::new();
+    BufReader::new(hello.0.stdout.take().unwrap())
+        .read_line(&mut up)
+        .unwrap();
+    assert_eq!(up.trim(), "up");
+    hello
+}
+
 #[test]
 fn doctor_lists_go_executables() {
     let Some(_serial) = begin("tls_go_doctor", &["openssl", "go"]) else {
@@ -768,17 +779,7 @@ fn doctor_lists_go_executables() {
     let cert = Cert::new();
     let _plain = go_server(&go_bin(GOTLS), &cert, free_port());
     let _stripped = go_server(&go_bin(STRIPPED), &cert, free_port());
-    let mut hello = Killed(
-        Command::new(go_bin(NO_TLS))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut up = String::new();
-    BufReader::new(hello.0.stdout.take().unwrap())
-        .read_line(&mut up)
-        .unwrap();
-    assert_eq!(up.trim(), "up");
+    let _hello = hello_running(&go_bin(NO_TLS));
     let out = Command::new(observer_bin())
         .args(["doctor", "--json"])
         .output()
@@ -991,16 +992,7 @@ fn go_executables_gone_from_disk_are_let_go() {
     let before = fds_of(observer);
     let server = go_server(&server_bin, &cert, port);
     let lines = go_client(&client_bin, port, &["-n", "1"]);
-    let mut hello = Killed(
-        Command::new(&hello_bin)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut up = String::new();
-    BufReader::new(hello.0.stdout.take().unwrap())
-        .read_line(&mut up)
-        .unwrap();
+    let hello = hello_running(&hello_bin);
     let during = fds_of(observer);
     drop(server);
     drop(hello);

@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::procmaps::FileId;
+use super::procmaps::{FileId, Mapping};
 
 #[derive(Debug)]
 pub struct Pinned {
@@ -48,10 +48,24 @@ impl Pinned {
     }
 }
 
+/// The very file `pid` maps, opened, and the path it was reached by: its
+/// path under `/proc/PID/root` (how containers' files are reached) when
+/// that is the same inode, else the mapping's own link in
+/// `/proc/PID/map_files` (a file replaced or deleted since it was mapped).
+pub fn reachable(proc_root: &Path, pid: u32, m: &Mapping) -> Option<(Pinned, PathBuf)> {
+    let base = proc_root.join(pid.to_string());
+    let via_root = base.join("root").join(m.path.trim_start_matches('/'));
+    let via_map = base.join("map_files").join(&m.range);
+    [via_root, via_map]
+        .into_iter()
+        .find_map(|p| Some((Pinned::open_if(&p, m.id)?, p)))
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 mod tests {
     use super::*;
+    use crate::libraries::procmaps::executable_files;
 
     #[test]
     fn a_file_renamed_over_after_the_open_is_not_the_one_reached() {
@@ -71,5 +85,19 @@ mod tests {
         assert!(Pinned::open_if(&lib, new.id()).is_some());
         assert_ne!(new.id(), old.id());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn own_mappings_are_reachable() {
+        let me = std::process::id();
+        let maps = executable_files(Path::new("/proc"), me).unwrap();
+        let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
+        let m = maps
+            .iter()
+            .find(|m| Path::new(&m.path) == exe)
+            .expect("the test binary is mapped");
+        let (file, p) = reachable(Path::new("/proc"), me, m).expect("reachable");
+        assert!(p.starts_with(format!("/proc/{me}/root")), "{p:?}");
+        assert_eq!(file.id(), m.id);
     }
 }

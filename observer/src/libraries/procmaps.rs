@@ -1,8 +1,6 @@
 //! The files a process maps executable, from `/proc/PID/maps`.
 
-use std::path::{Path, PathBuf};
-
-use super::pinned::Pinned;
+use std::path::Path;
 
 /// A file by identity: (st_dev, st_ino). Uprobes live on inodes, so a file
 /// reached through two paths (a container's root, a symlink) is one file.
@@ -52,19 +50,6 @@ pub fn executable_files(proc_root: &Path, pid: u32) -> std::io::Result<Vec<Mappi
     Ok(out)
 }
 
-/// The very file `pid` maps, opened, and the path it was reached by: its
-/// path under `/proc/PID/root` (how containers' files are reached) when
-/// that is the same inode, else the mapping's own link in
-/// `/proc/PID/map_files` (a file replaced or deleted since it was mapped).
-pub fn reachable(proc_root: &Path, pid: u32, m: &Mapping) -> Option<(Pinned, PathBuf)> {
-    let base = proc_root.join(pid.to_string());
-    let via_root = base.join("root").join(m.path.trim_start_matches('/'));
-    let via_map = base.join("map_files").join(&m.range);
-    [via_root, via_map]
-        .into_iter()
-        .find_map(|p| Some((Pinned::open_if(&p, m.id)?, p)))
-}
-
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "a panic is a test failure")]
 mod tests {
@@ -84,19 +69,5 @@ mod tests {
         assert_eq!(parse_line("1000-2000 rw-p 0 00:00 0 "), None);
         assert_eq!(parse_line("1000-2000 r-xp 0 00:00 0 [vdso]"), None);
         assert_eq!(parse_line("garbage"), None);
-    }
-
-    #[test]
-    fn own_mappings_are_reachable() {
-        let me = std::process::id();
-        let maps = executable_files(Path::new("/proc"), me).unwrap();
-        let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
-        let m = maps
-            .iter()
-            .find(|m| Path::new(&m.path) == exe)
-            .expect("the test binary is mapped");
-        let (file, p) = reachable(Path::new("/proc"), me, m).expect("reachable");
-        assert!(p.starts_with(format!("/proc/{me}/root")), "{p:?}");
-        assert_eq!(file.id(), m.id);
     }
 }

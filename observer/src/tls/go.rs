@@ -19,10 +19,10 @@ use observer_common::tls::{
 
 use super::{
     report::{GoExecutableReport, TlsFileReport},
-    site::ProbeSite,
+    site::{CompiledIn, ProbeSite},
 };
 use crate::{
-    ebpf::{chain, Probes, UprobeLink},
+    ebpf::{chain, Probes},
     libraries::{
         golang::{self, GoImage},
         procmaps::FileId,
@@ -34,12 +34,8 @@ use crate::{
 /// links crypto/tls) and the plaintext probes for the caller to place.
 pub struct GoConsidered {
     pub report: GoExecutableReport,
-    pub file: Option<TlsFileReport>,
-    pub plaintext: Vec<ProbeSite>,
-    /// Its handshake probes, and its index in the offsets map: given back
-    /// when the file is let go ([`GoFiles::release`]).
-    pub handshake: Vec<(&'static str, UprobeLink)>,
-    pub index: Option<u32>,
+    /// Its index is given back by [`GoFiles::release`].
+    pub compiled: CompiledIn,
 }
 
 /// Executables (Go, rustls) listed in the report at most (the rest are counted).
@@ -107,10 +103,7 @@ impl GoFiles {
                         offsets_from: None,
                         not_probed: Some(e.to_string()),
                     },
-                    file: None,
-                    plaintext: Vec::new(),
-                    handshake: Vec::new(),
-                    index: None,
+                    compiled: CompiledIn::default(),
                 });
             }
         };
@@ -129,10 +122,10 @@ impl GoFiles {
                 report.not_probed = Some(why.to_string());
                 return Some(GoConsidered {
                     report,
-                    file: Some(file),
-                    plaintext: Vec::new(),
-                    handshake: Vec::new(),
-                    index: None,
+                    compiled: CompiledIn {
+                        file: Some(file),
+                        ..CompiledIn::default()
+                    },
                 });
             }
         };
@@ -161,10 +154,12 @@ impl GoFiles {
         );
         Some(GoConsidered {
             report,
-            file: Some(file),
-            plaintext: sites(&image, Feature::TlsPlaintext, base),
-            handshake,
-            index: Some(index),
+            compiled: CompiledIn {
+                file: Some(file),
+                plaintext: sites(&image, Feature::TlsPlaintext, base),
+                handshake,
+                go_index: Some(index),
+            },
         })
     }
 

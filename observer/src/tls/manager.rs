@@ -43,7 +43,7 @@ use super::{
     hold::{resume, Holds},
     report::{Policy, Settings, TlsFileReport, TlsReport},
     rustls::{self, RustlsConsidered},
-    site::ProbeSite,
+    site::{CompiledIn, ProbeSite},
     uprobe_events::{EventId, UprobeEvents},
 };
 use crate::{
@@ -51,8 +51,8 @@ use crate::{
     libraries::{
         discovery,
         elf::{classify, TlsImage},
-        pinned::Pinned,
-        procmaps::{executable_files, reachable, FileId, Mapping},
+        pinned::{reachable, Pinned},
+        procmaps::{executable_files, FileId, Mapping},
         system_libc,
     },
     programs::{self, Feature, Library, UprobeSite},
@@ -86,16 +86,6 @@ struct TlsFile {
     /// first process that needs them.
     plaintext: Option<Vec<EventId>>,
     /// A Go executable's index in the offsets map.
-    go_index: Option<u32>,
-}
-
-/// What looking at an executable with TLS compiled in (Go, rustls) gave
-/// (see `GoConsidered`).
-struct CompiledIn {
-    /// Its file report; None: no TLS in it that can be probed.
-    file: Option<TlsFileReport>,
-    plaintext: Vec<ProbeSite>,
-    handshake: Vec<(&'static str, UprobeLink)>,
     go_index: Option<u32>,
 }
 
@@ -500,20 +490,11 @@ impl TlsProbes {
     fn consider_go(&mut self, probes: &mut Probes, pinned: Pinned, path: &Path, shown: &str) {
         let Some(GoConsidered {
             report: mut go,
-            file,
-            plaintext,
-            handshake,
-            index,
+            compiled,
         }) = self.go.consider(probes, pinned.id(), &pinned.path(), shown)
         else {
             self.consider_rustls(probes, pinned, path, shown);
             return;
-        };
-        let compiled = CompiledIn {
-            file,
-            plaintext,
-            handshake,
-            go_index: index,
         };
         go.probes += self.add_executable(probes, pinned, path, compiled);
         if !listed(&mut self.report.go_executables, go) {
@@ -533,19 +514,11 @@ impl TlsProbes {
         };
         let Some(RustlsConsidered {
             report: mut found,
-            file,
-            plaintext,
-            handshake,
+            compiled,
         }) = considered
         else {
             self.not_tls(id, path);
             return;
-        };
-        let compiled = CompiledIn {
-            file,
-            plaintext,
-            handshake,
-            go_index: None,
         };
         found.probes += self.add_executable(probes, pinned, path, compiled);
         if !listed(&mut self.report.rustls_executables, found) {

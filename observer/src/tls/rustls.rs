@@ -11,10 +11,10 @@ use observer_common::tls::library;
 
 use super::{
     report::{RustlsExecutableReport, TlsFileReport},
-    site::ProbeSite,
+    site::{CompiledIn, ProbeSite},
 };
 use crate::{
-    ebpf::{chain, Probes, UprobeLink},
+    ebpf::{chain, Probes},
     libraries::{procmaps::FileId, rustls as rl},
     programs::{self, Feature, Library},
 };
@@ -22,10 +22,7 @@ use crate::{
 /// What looking at an executable with rustls gave.
 pub struct RustlsConsidered {
     pub report: RustlsExecutableReport,
-    pub file: Option<TlsFileReport>,
-    pub plaintext: Vec<ProbeSite>,
-    /// Its tying probes, taken off when the file is let go.
-    pub handshake: Vec<(&'static str, UprobeLink)>,
+    pub compiled: CompiledIn,
 }
 
 /// Puts the tying probes on `path` if it carries rustls, and gives its
@@ -52,9 +49,7 @@ pub fn consider(
                     mangling: None,
                     not_probed: Some(e.to_string()),
                 },
-                file: None,
-                plaintext: Vec::new(),
-                handshake: Vec::new(),
+                compiled: CompiledIn::default(),
             });
         }
     };
@@ -85,9 +80,12 @@ pub fn consider(
             mangling: Some(image.mangling),
             not_probed: None,
         },
-        file: Some(file),
-        plaintext: sites(&image, Feature::TlsPlaintext),
-        handshake,
+        compiled: CompiledIn {
+            file: Some(file),
+            plaintext: sites(&image, Feature::TlsPlaintext),
+            handshake,
+            go_index: None,
+        },
     })
 }
 

@@ -5,7 +5,23 @@ use std::path::Path;
 
 use aya::programs::uprobe::UProbeScope;
 
+use super::report::TlsFileReport;
 use crate::ebpf::{ProbeError, Probes, UprobeAt, UprobeLink};
+
+/// What looking at an executable with TLS compiled in (Go, rustls) gave,
+/// for the manager to keep with its file.
+#[derive(Default)]
+pub struct CompiledIn {
+    /// Its file report; None: no TLS in it that can be probed.
+    pub file: Option<TlsFileReport>,
+    /// Its plaintext probes, for the manager to place.
+    pub plaintext: Vec<ProbeSite>,
+    /// Its handshake (rustls: tying) probes, placed: taken off when the
+    /// file is let go.
+    pub handshake: Vec<(&'static str, UprobeLink)>,
+    /// A Go executable's index in the offsets map, given back then.
+    pub go_index: Option<u32>,
+}
 
 /// One uprobe of a TLS file: where it goes and the cookie it carries (for a
 /// library, its kind; for Go, also the executable's index and the RET

@@ -13,6 +13,7 @@ mod proc;
 mod report;
 mod soak;
 mod soak_traffic;
+mod stops;
 
 use std::path::Path;
 
@@ -42,7 +43,7 @@ pub struct BenchArgs {
     pub flood: Option<usize>,
     /// Only these workloads (https_keepalive, https_keepalive_half_rate,
     /// https_new_conn, http_keepalive, http_churn, h2_keepalive,
-    /// go_https_keepalive, flood, curl_tls_latency, pipeline, soak). The soak runs only when named here or given --soak-seconds.
+    /// go_https_keepalive, flood, curl_tls_latency, stops, pipeline, soak). The soak runs only when named here or given --soak-seconds.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only re-render bench/RESULTS.md from target/bench/results.json and
@@ -56,6 +57,11 @@ pub struct BenchArgs {
     /// the soak's section of bench/RESULTS.md.
     #[arg(long)]
     pub soak: bool,
+    /// The stops alone: how long SIGTERM to `run`, Ctrl-C to `watch` and
+    /// `q` in `top` take to end the observer (3 runs each). Writes
+    /// target/bench/stops.json and its section of bench/RESULTS.md.
+    #[arg(long)]
+    pub stops: bool,
     /// The soak's length; without --soak, the soak also runs after the
     /// other workloads.
     #[arg(long)]
@@ -485,6 +491,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let _ = attach::OBSERVER_MODE.set(args.observer_mode);
         return run_soak_alone(&root, args.soak_seconds.unwrap_or(1800));
     }
+    if args.stops {
+        run_checked(cargo().args(["build", "--release", "--package", "observer"]))?;
+        return report::write_stops_alone(&root, &stops::run(&root)?);
+    }
     let quick = args.quick;
     let rounds = args.rounds.unwrap_or(if quick { 2 } else { 5 });
     let secs = args.seconds.unwrap_or(if quick { 4 } else { 10 });
@@ -553,6 +563,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     drop(nginx);
     if want("flood") {
         results.push(run_flood(&root, flood_n)?);
+    }
+    if want("stops") {
+        results.push(stops::run(&root)?);
     }
     let soak = args.soak_seconds.or_else(|| {
         args.only

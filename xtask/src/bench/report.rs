@@ -368,6 +368,9 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
             mib(fl, "bpftrace_rss_bytes"),
         ));
     }
+    if let Some(s) = results.iter().find(|r| r["name"] == "stops") {
+        md.push_str(&stops_section(s));
+    }
     if let Some(s) = results.iter().find(|r| r["name"] == "soak") {
         md.push_str(&soak_section(s));
     }
@@ -399,6 +402,26 @@ pub fn write(root: &Path, fresh: &[Value], quick: bool, rounds: u32, secs: u64) 
     Ok(())
 }
 
+/// How long each way of stopping took, each run (target: within 1 s).
+fn stops_section(s: &Value) -> String {
+    let runs = |k: &str| {
+        let v: Vec<String> = s[k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_f64)
+            .map(|x| format!("{x:.2}"))
+            .collect();
+        v.join(", ")
+    };
+    format!(
+        "\n## Stopping\n\nFrom the signal or key to the exit, each run (s; target 1 s): SIGTERM to `run` as deployed {}; Ctrl-C (SIGINT) to `watch` {}; `q` in `top` (on a terminal of its own, through script(1)) {}.\n",
+        runs("run_sigterm_s"),
+        runs("watch_sigint_s"),
+        runs("top_q_s"),
+    )
+}
+
 /// The soak's section of RESULTS.md (it starts with a blank line).
 fn soak_section(s: &Value) -> String {
     let t = &s["traffic"];
@@ -413,8 +436,10 @@ fn soak_section(s: &Value) -> String {
          curl processes (HTTP/1.1 and HTTP/2 over TLS, plain HTTP; 3 requests each), {:.0} wrk \
          requests on kept-alive TLS connections, {} DNS lookups. Recorded: {} requests, {} DNS \
          lookups, {} TLS sessions, {} records exported ({} bytes). After {:.0} s of warm-up \
-         the observer's RSS was {} MiB and its open descriptors {}; the largest stray after \
-         that {:+.1}% and {:+.1}% (bound 5%); at the end {} MiB and {}. Dropped: {} (export \
+         the observer's RSS was {} MiB and its open descriptors {} (the median of the warm-up's \
+         last minute of readings); the largest stray of a later minute's median {:+.1}% and \
+         {:+.1}% (bound 5%); the largest single readings {} MiB and {}; at the end {} MiB and \
+         {}. Dropped: {} (export \
          {}); connections left in the kernel map at stop: {}. {verdict}.\n",
         s["seconds"],
         s["observer_mode"].as_str().unwrap_or("?"),
@@ -434,6 +459,8 @@ fn soak_section(s: &Value) -> String {
         s["fds_warm"],
         f(s, "rss_max_stray_pct"),
         f(s, "fds_max_stray_pct"),
+        mib(s, "rss_peak_bytes"),
+        s["fds_peak"],
         mib(s, "rss_end_bytes"),
         s["fds_end"],
         s["dropped"],
@@ -443,21 +470,38 @@ fn soak_section(s: &Value) -> String {
 }
 
 /// `bench --soak`: the soak's numbers to target/bench/soak.json and its
-/// section of bench/RESULTS.md replaced (or put before the pipeline's),
-/// leaving every other section as the last full run wrote it.
+/// section of bench/RESULTS.md replaced in place.
 pub fn write_soak_alone(root: &Path, soak: &Value) -> Result<()> {
+    write_alone(root, soak, "Soak", soak_section)
+}
+
+/// `bench --stops`: likewise for the stops (target/bench/stops.json).
+pub fn write_stops_alone(root: &Path, stops: &Value) -> Result<()> {
+    write_alone(root, stops, "Stopping", stops_section)
+}
+
+/// One workload's numbers to target/bench/NAME.json and its section of
+/// bench/RESULTS.md (under `## heading`) replaced, or put before the
+/// pipeline's, leaving every other section as the last full run wrote it.
+fn write_alone(
+    root: &Path,
+    result: &Value,
+    heading: &str,
+    render: fn(&Value) -> String,
+) -> Result<()> {
     let dir = root.join("target/bench");
     std::fs::create_dir_all(&dir)?;
-    let mut stamped = soak.clone();
+    let mut stamped = result.clone();
     stamped["date"] = json!(today());
+    let name = result["name"].as_str().unwrap_or("workload");
     std::fs::write(
-        dir.join("soak.json"),
+        dir.join(format!("{name}.json")),
         serde_json::to_string_pretty(&stamped)?,
     )?;
     let path = root.join("bench/RESULTS.md");
     let md = std::fs::read_to_string(&path).unwrap_or_default();
-    let section = soak_section(&stamped);
-    let md = match md.find("\n## Soak\n") {
+    let section = render(&stamped);
+    let md = match md.find(&format!("\n## {heading}\n")) {
         Some(at) => {
             let rest = &md[at + 1..];
             let end = rest.find("\n## ").map_or(md.len(), |e| at + 1 + e);
@@ -469,6 +513,6 @@ pub fn write_soak_alone(root: &Path, soak: &Value) -> Result<()> {
         },
     };
     std::fs::write(&path, md)?;
-    eprintln!("bench: wrote target/bench/soak.json and the soak's section of bench/RESULTS.md");
+    eprintln!("bench: wrote target/bench/{name}.json and its section of bench/RESULTS.md");
     Ok(())
 }
