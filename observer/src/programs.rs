@@ -286,16 +286,14 @@ pub const PROGRAMS: &[Program] = &[
         false,
         "executables of short-lived processes, fresh names after exec, TLS probes at exec",
     ),
-    Program {
-        name: "sys_enter_mmap",
-        hook: Hook::TracePoint {
-            layout: tracepoints::sys_enter_mmap::LAYOUT,
-        },
-        feature: Feature::TlsHandshakes,
-        also: None,
-        required: false,
-        gives: "TLS probes on a library a running program opens (dlopen) before its first call",
-    },
+    // With sched_process_exec, whose exec holds it extends (a feature is
+    // off when one of its programs is: TLS handshakes stay on without it).
+    tp(
+        "sys_enter_mmap",
+        tracepoints::sys_enter_mmap::LAYOUT,
+        false,
+        "TLS probes on a library a running program opens (dlopen) before its first call",
+    ),
     tp(
         "sched_process_exit",
         tracepoints::sched_process_exit::LAYOUT,

@@ -415,8 +415,13 @@ impl TlsProbes {
                         }
                         return;
                     }
-                    _ => {
+                    // The TLS programs did not load: nothing to probe.
+                    _ if img.resolver => {
                         self.files.insert(id, None);
+                        return;
+                    }
+                    _ => {
+                        self.not_tls(id, path);
                         return;
                     }
                 }
