@@ -105,6 +105,9 @@ pub const TLS_HS_STARTED: u8 = 32;
 /// The wire showed a full TLS 1.2 handshake (where TLS 1.3's post-handshake
 /// session tickets cannot be mistaken for the answer).
 pub const TLS_WIRE_12: u8 = 64;
+/// Kernel side only: the copy of a connection's timings kept at its close
+/// for a call that returns after it (observer-ebpf's CLOSED_TLS_CONNS).
+pub const TLS_CLOSED: u8 = 128;
 
 /// TLS timings of one connection. CLOCK_MONOTONIC ns; 0: did not happen.
 #[repr(C)]

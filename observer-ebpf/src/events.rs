@@ -9,7 +9,10 @@ use aya_ebpf::{
 };
 use observer_common::{
     http::{self, PlaintextEvent, DATA_CAPTURE, DATA_FROM_START, DATA_HALF},
-    tls::{library, TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_MIDSTREAM},
+    tls::{
+        library, TlsBusyEvent, TlsNameEvent, TlsProcessEvent, SERVER_NAME_LEN, TLS_CLOSED,
+        TLS_MIDSTREAM,
+    },
     CloseEvent, Conn, Counter, EventHeader, EventKind, ListenEvent, OwnerEvent, TlsConn, FLAG_TLS,
     SOCK_DONE,
 };
@@ -17,7 +20,7 @@ use observer_common::{
 use crate::ctx::{copy_words, zero_words};
 use crate::maps::{
     count, sk_err_offset, sk_lock_owned_offset, srtt_us_offset, tcp_counters, tls_wake_at_once,
-    wakeup_bytes, CONNS, EVENTS, TLS_CONNS,
+    wakeup_bytes, CLOSED_CONNS, CLOSED_TLS_CONNS, CONNS, EVENTS, TLS_CONNS,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -124,9 +127,29 @@ pub fn emit_close(sk: u64, conn: *const Conn, now: u64) {
     count(Counter::Closed);
     // SAFETY: `conn` still points at the live map value.
     if has_tls(unsafe { &*conn }) {
+        keep_closed_tls(sk, conn);
         let _ = TLS_CONNS.remove(&sk);
     }
     let _ = CONNS.remove(&sk);
+}
+
+/// Keeps a TLS connection as it was at its close for a library call in
+/// flight on it, whose plaintext comes at its return (see CLOSED_CONNS).
+#[inline(always)]
+fn keep_closed_tls(sk: u64, conn: *const Conn) {
+    let Some(tls) = TLS_CONNS.get_ptr(&sk) else {
+        return;
+    };
+    // SAFETY: both point at live map values; the helpers copy from them.
+    unsafe {
+        if CLOSED_TLS_CONNS.insert(&sk, &*tls, 0).is_err() {
+            return;
+        }
+        if let Some(kept) = CLOSED_TLS_CONNS.get_ptr_mut(&sk) {
+            (*kept).flags |= TLS_CLOSED;
+        }
+        let _ = CLOSED_CONNS.insert(&sk, &*conn, 0);
+    }
 }
 
 /// Announces a process's first TLS session (or context). The reader is woken
@@ -364,7 +387,15 @@ pub fn emit_tls_plaintext(
     if tls.http == http::NO || buf == 0 {
         return;
     }
-    let Some(conn) = CONNS.get_ptr(&sk) else {
+    // A call that returns after its connection closed has the timings kept
+    // at the close, and the connection as it was then: a new one may have
+    // the socket by now.
+    let conn = if tls.flags & TLS_CLOSED == 0 {
+        CONNS.get_ptr(&sk)
+    } else {
+        CLOSED_CONNS.get_ptr(&sk)
+    };
+    let Some(conn) = conn else {
         return;
     };
     let Some(mut entry) = reserve::<PlaintextEvent>(EventKind::Plaintext, now) else {

@@ -148,6 +148,25 @@ pub static TLS_SESSIONS: LruHashMap<TlsSessionKey, TlsSession> =
 #[map(name = "TLS_CONNS")]
 pub static TLS_CONNS: LruHashMap<u64, TlsConn> = LruHashMap::with_max_entries(MAX_TLS_CONNS, 0);
 
+/// TLS connections closed lately, as they were at their close: what a
+/// library call still in flight on one needs at its return to send its
+/// plaintext. Its bytes can make the peer close, and that close come
+/// first, while the calling thread is descheduled before its return (a Go
+/// writer goroutine whose reader closed the connection, an OpenSSL thread
+/// on a loaded host); userspace holds such a close back for them
+/// (`conntrack::CLOSE_LINGER_NS`). Only connections with TLS are kept.
+#[map(name = "CLOSED_CONNS")]
+pub static CLOSED_CONNS: LruHashMap<u64, Conn> = LruHashMap::with_max_entries(MAX_CLOSED_TLS, 0);
+
+/// The TLS timings of the connections in CLOSED_CONNS.
+#[map(name = "CLOSED_TLS_CONNS")]
+pub static CLOSED_TLS_CONNS: LruHashMap<u64, TlsConn> =
+    LruHashMap::with_max_entries(MAX_CLOSED_TLS, 0);
+
+/// TLS connections closed within a close's wait for its last bytes, at a
+/// few thousand TLS connections a second.
+const MAX_CLOSED_TLS: u32 = 4096;
+
 /// Thread (or goroutine) -> its last TLS call.
 #[map(name = "TLS_CALLS")]
 pub static TLS_CALLS: LruHashMap<TlsCallKey, TlsCall> =

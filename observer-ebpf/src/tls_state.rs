@@ -21,8 +21,8 @@ use crate::{
     ctx::{now_ns, zero_words, zeroed_in},
     events::{emit_tls_busy, emit_tls_name, emit_tls_plaintext, emit_tls_process},
     maps::{
-        busy_calls, count, own_tgid, CONNS, TLS_CALLS, TLS_CONNS, TLS_PROCS, TLS_SCRATCH,
-        TLS_SESSIONS,
+        busy_calls, count, own_tgid, CLOSED_TLS_CONNS, CONNS, TLS_CALLS, TLS_CONNS, TLS_PROCS,
+        TLS_SCRATCH, TLS_SESSIONS,
     },
 };
 
@@ -97,7 +97,8 @@ fn socket_entry(session: *mut TlsSession) -> Option<*mut TlsConn> {
 }
 
 /// Where a session's timings go: its connection's entry once tied to a
-/// socket, its own copy before.
+/// socket, its own copy before; the connection's entry as it was at its
+/// close for a call that returns after it (see CLOSED_CONNS).
 #[inline(always)]
 pub fn timings(session: *mut TlsSession) -> Option<*mut TlsConn> {
     // SAFETY: `session` points at a live map value.
@@ -105,8 +106,18 @@ pub fn timings(session: *mut TlsSession) -> Option<*mut TlsConn> {
         if (*session).sk == 0 {
             Some(&mut (*session).tls)
         } else {
-            socket_entry(session)
+            socket_entry(session).or_else(|| closed_entry(session))
         }
+    }
+}
+
+/// The session's connection's timings as they were at its close.
+#[inline(always)]
+fn closed_entry(session: *mut TlsSession) -> Option<*mut TlsConn> {
+    // SAFETY: `session` points at a live map value.
+    unsafe {
+        let t = CLOSED_TLS_CONNS.get_ptr_mut(&(*session).sk)?;
+        ((*t).session_ns == (*session).tls.session_ns).then_some(t)
     }
 }
 

@@ -3,8 +3,9 @@
 //! it hands each sink; `pipeline.rs` feeds it from the ring buffer and its
 //! timers, and tests feed it events with no kernel at all.
 //!
-//! - `on_batch`: the events one drain of the ring held, then the closes
-//!   whose wait is over and the batch to the exporter.
+//! - `on_events`, `end_batch`: the events one drain of the ring held, then
+//!   the closes whose wait was over when the ring was last read to its end,
+//!   and the batch to the exporter.
 //! - `on_tick`: once a second: lookups no connection followed, the pools'
 //!   census, health and GPU gauges, snapshots of open connections.
 //! - `finish`: at stop, everything still held, and the counts for the
@@ -132,12 +133,11 @@ impl Correlator {
         }
     }
 
-    /// One drain's events, then what their end makes due.
-    pub fn on_batch(&mut self, events: impl Iterator<Item = Event>) {
+    /// One drain's events; `end_batch` follows.
+    pub fn on_events(&mut self, events: impl Iterator<Item = Event>) {
         for ev in events {
             self.on_event(ev);
         }
-        self.end_batch();
     }
 
     /// Whether closes wait for an exchange's last bytes (the caller's timer
@@ -235,9 +235,17 @@ impl Correlator {
         }
     }
 
-    /// Closes whose wait is over, and the batch to the exporter.
-    fn end_batch(&mut self) {
-        self.table.end_closes_due(monotonic_ns());
+    /// Closes whose wait was over when the ring was last read to its end,
+    /// and the batch to the exporter. Not the time now: the last bytes a
+    /// close waits for can be in the ring still (written without a wake-up,
+    /// or behind a drain's cap), and a close ended before they are read
+    /// leaves its answer "incomplete".
+    /// `read_through`: when the drain began, if it read the ring to its
+    /// end; `None` when it stopped at its cap.
+    pub fn end_batch(&mut self, read_through: Option<u64>) {
+        if let Some(t) = read_through {
+            self.table.end_closes_due(t);
+        }
         for r in self.table.conns_out.drain(..) {
             self.delivery.emit(r);
         }
@@ -561,7 +569,8 @@ mod tests {
     #[test]
     fn a_batch_of_events_becomes_a_record_at_the_printer_and_in_the_metrics() {
         let (mut c, mut rx, stats) = correlator(Filter::default());
-        c.on_batch(connection(7, 4242, 30).into_iter());
+        c.on_events(connection(7, 4242, 30).into_iter());
+        c.end_batch(Some(monotonic_ns()));
         let Ok(output::Line::Conn(r)) = rx.try_recv() else {
             panic!("no connection record");
         };
@@ -586,7 +595,8 @@ mod tests {
             ..Filter::default()
         };
         let (mut c, mut rx, stats) = correlator(only);
-        c.on_batch(connection(8, 4242, 5).into_iter());
+        c.on_events(connection(8, 4242, 5).into_iter());
+        c.end_batch(Some(monotonic_ns()));
         assert!(rx.try_recv().is_err());
         assert_eq!(Stats::get(&stats.filtered), 1);
         assert_eq!(Stats::get(&stats.closed), 0);

@@ -15,6 +15,7 @@ use tokio::{
 };
 
 use crate::{
+    clock::monotonic_ns,
     correlator::{Correlator, CorrelatorEnd},
     decode::{decode, Event},
     ebpf::KernelConnMap,
@@ -99,10 +100,16 @@ impl Iterator for Drain<'_> {
 }
 
 /// One drain of the ring into the correlator; how many records it held.
+/// Closes waiting for their last bytes end only once the ring was read to
+/// its end after their wait: those bytes may be in it, written without a
+/// wake-up.
 fn drain(ring: &mut RingBuf<MapData>, stats: &Stats, correlator: &mut Correlator) -> usize {
+    let began = monotonic_ns();
     let mut d = Drain::new(ring, stats);
-    correlator.on_batch(&mut d);
-    d.finish()
+    correlator.on_events(&mut d);
+    let found = d.finish();
+    correlator.end_batch((found < MAX_DRAIN).then_some(began));
+    found
 }
 
 /// Feeds the correlator from the ring (on the kernel's wake-up and a
@@ -138,8 +145,12 @@ pub(crate) async fn correlate(
                 while drain(ring.get_mut(), &stats, &mut correlator) >= MAX_DRAIN {}
                 break;
             }
+            // The ring is read first: the bytes a close waits for may be
+            // in it (written without a wake-up, the timer above reset by
+            // this one).
             _ = closes_tick.tick(), if correlator.has_waiting_closes() => {
-                correlator.on_batch(std::iter::empty());
+                let found = drain(ring.get_mut(), &stats, &mut correlator);
+                wait_ms = next_wait_ms(wait_ms, found);
             }
             _ = tick.tick() => correlator.on_tick(&conns),
         }

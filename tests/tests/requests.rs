@@ -692,3 +692,84 @@ fn a_request_sent_after_the_peer_closed() {
     assert_eq!(r[1]["status"], Value::Null, "{:#}", r[1]);
     assert_eq!(r[1]["error"], "peer_closed", "{:#}", r[1]);
 }
+
+/// How late the answer's SSL_write returns after its bytes left: within
+/// the 100 ms a close waits for an exchange in flight, past the 70 ms the
+/// ring could go unread while closes waited.
+const LATE_WRITE_MS: u32 = 80;
+
+/// A server whose answer's SSL_write returns 80 ms after its bytes left (a
+/// preloaded `write` that sleeps after sending: the thread descheduled),
+/// while its other thread closed the connection as soon as the client did
+/// (as a Go server's reader goroutine does). The close comes first; it
+/// waits for the call's return, whose plaintext still names the closed
+/// connection (the next client's may have its socket by then), and every
+/// request is whole on both ends: not "no response" with an answer without
+/// a request after it. Fresh curl processes, one request each.
+#[test]
+fn an_answer_whose_write_returns_after_the_close() {
+    let Some(_serial) = begin("requests_late_write", &["python3", "curl", "cc", "openssl"]) else {
+        return;
+    };
+    let cert = Cert::new();
+    let shim = cert.dir.join("late_write.so");
+    let cc = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&shim)
+        .arg(helper("late_write.c"))
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let body = 6000;
+    let server = HelperServer::spawn(
+        Command::new("python3")
+            .arg(helper("late_write_server.py"))
+            .arg("--cert")
+            .arg(cert.cert())
+            .arg("--key")
+            .arg(cert.key())
+            .args(["--body-bytes", &body.to_string()])
+            .env("LD_PRELOAD", &shim)
+            .env("LATE_WRITE_MS", LATE_WRITE_MS.to_string())
+            .env("LATE_WRITE_MIN", "4096"),
+    );
+    let w = Watch::start(&["--port", &server.port.to_string()]);
+    let mut ports = Vec::new();
+    for i in 0..5 {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "--cacert"])
+            .arg(cert.cert())
+            .args(["-w", "%{local_port} %{http_code} %{size_download}"])
+            .arg(format!("https://127.0.0.1:{}/late/{i}", server.port))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        let f: Vec<u64> = said.split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!((f[1], f[2]), (200, body), "curl: {said}");
+        ports.push(Value::from(f[0]));
+    }
+    let out = w.stop();
+    for (i, port) in ports.iter().enumerate() {
+        for direction in ["outbound", "inbound"] {
+            let r = out.requests_on(port, direction);
+            assert_eq!(r.len(), 1, "{direction} {i}: {:#?}", out.requests);
+            let r = r[0];
+            assert_eq!(r["path"], format!("/late/{i}"), "{r:#}");
+            assert_eq!(r["status"], 200, "{direction} {i}: {r:#}");
+            assert_eq!(r["error"], Value::Null, "{direction} {i}: {r:#}");
+        }
+    }
+    let http = &out.summary()["http"];
+    assert_eq!(http["answers_without_request"], 0, "{http:#}");
+    // Each server end's close waited for its answer (the clients' ends
+    // read theirs before closing), and got it.
+    assert!(
+        http["closes_waited_completed"].as_u64() >= Some(5),
+        "{http:#}"
+    );
+}

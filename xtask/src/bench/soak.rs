@@ -156,8 +156,9 @@ fn judge(samples: &[Sample], warm_up: f64, summary: &Value, traffic: &Value) -> 
     }
     if dropped + export_dropped > 0 {
         misses.push(format!(
-            "losses counted: {:?}, export {export_dropped}",
-            attach::dropped_by_stage(summary)
+            "losses counted: {:?}{}, export {export_dropped}",
+            attach::dropped_by_stage(summary),
+            attach::missed_by_program(summary)
         ));
     }
     for (what, seen) in [
