@@ -415,12 +415,16 @@ pub enum Counter {
     /// transport) tied to the socket whose packet the thread sent during
     /// (or just after) one of the session's calls.
     TlsPacketTied = 19,
+    /// Connection state changes the kernel skipped for the lifecycle
+    /// program (a softirq's change while it ran on the CPU) and its
+    /// nested stand-in handled (observer-ebpf's inet_sock_set_state).
+    LifecycleNested = 20,
 }
 
-pub const COUNTER_SLOTS: u32 = 20;
+pub const COUNTER_SLOTS: u32 = 21;
 
 impl Counter {
-    pub const ALL: [Counter; 20] = [
+    pub const ALL: [Counter; 21] = [
         Counter::RingFull,
         Counter::ConnInsertFailed,
         Counter::OutboundOpened,
@@ -441,6 +445,7 @@ impl Counter {
         Counter::RustlsReadUnjoined,
         Counter::TlsFdTied,
         Counter::TlsPacketTied,
+        Counter::LifecycleNested,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -465,6 +470,7 @@ impl Counter {
             Counter::RustlsReadUnjoined => "tls_rustls_reads_unjoined",
             Counter::TlsFdTied => "tls_tied_by_fd",
             Counter::TlsPacketTied => "tls_tied_by_packet",
+            Counter::LifecycleNested => "lifecycle_nested_caught",
         }
     }
 

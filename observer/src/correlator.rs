@@ -467,11 +467,14 @@ fn fan_out<T: Clone + Sampled>(
 }
 
 /// The observer's own loss counters as `observer.events.dropped` by stage,
-/// and its tables' entries as `observer.tables.entries`.
+/// its tables' entries as `observer.tables.entries` and its heap as
+/// `observer.memory.heap`.
 fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &KernelCounters) {
     let kernel = counters.get(Counter::RingFull) + counters.get(Counter::ConnInsertFailed);
     let stages = [
         ("kernel", kernel),
+        // Runs the kernel skipped (the program already running on the CPU).
+        ("kernel_missed", counters.skipped()),
         ("channel", Stats::get(&stats.channel_full)),
         ("output", Stats::get(&stats.output_full)),
         ("exporter", Stats::get(&stats.export_full)),
@@ -487,12 +490,16 @@ fn health(m: &Mutex<Metrics>, stats: &Stats, counters: &KernelCounters) {
         ),
     ];
     let tables = stats.tables.read();
+    let heap = crate::heap::Heap::read();
     if let Ok(mut m) = m.lock() {
         for (stage, v) in stages {
             m.set_counter(metrics::DROPPED, vec![("stage", stage.into())], v);
         }
         for (table, v) in tables.by_name() {
             m.set_gauge(metrics::TABLES, vec![("table", table.into())], v as f64);
+        }
+        for (state, v) in heap.by_state() {
+            m.set_gauge(metrics::HEAP, vec![("state", state.into())], v as f64);
         }
     }
 }

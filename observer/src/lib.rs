@@ -22,6 +22,7 @@ pub mod filter;
 pub mod fuzzing;
 pub mod gpu;
 pub mod health;
+pub mod heap;
 pub mod hist;
 pub mod http;
 pub mod k8s;

@@ -12,6 +12,7 @@ use observer::{
 };
 
 fn main() -> ExitCode {
+    observer::heap::configure();
     let cli = Cli::parse();
     init_logging();
     match cli.command {

@@ -211,6 +211,17 @@ pub const CONNECTIONS: &str = "inet_sock_set_state";
 /// of [`CONNECTIONS`] when the kernel's BTF does not give the socket layout.
 pub const CONNECTIONS_RECORD: &str = "inet_sock_set_state_record";
 
+/// A second program on the lifecycle tracepoint that handles the changes
+/// the kernel skipped [`CONNECTIONS`] for (a softirq's change nested in its
+/// run on that CPU); the kernel's skips of this one lose nothing.
+pub const CONNECTIONS_NESTED: &str = "inet_sock_set_state_nested";
+
+/// Whether the kernel's skips of the program (`recursion_misses`) are
+/// events lost.
+pub fn skips_lose_events(name: &str) -> bool {
+    name != CONNECTIONS_NESTED
+}
+
 /// A program and the one that stands in for it when it cannot attach.
 pub fn stand_in(name: &str) -> Option<&'static str> {
     (name == CONNECTIONS).then_some(CONNECTIONS_RECORD)
@@ -238,6 +249,17 @@ pub const PROGRAMS: &[Program] = &[
         also: None,
         required: true,
         gives: "connection lifecycle: every record, connect time, failures",
+    },
+    Program {
+        name: CONNECTIONS_NESTED,
+        hook: Hook::RawTracePoint {
+            layout: tracepoints::inet_sock_set_state::LAYOUT,
+        },
+        feature: Feature::Connections,
+        also: None,
+        required: false,
+        gives: "the connection changes a softirq made while the lifecycle program ran on \
+                its CPU (the kernel skips a program nested in itself)",
     },
     tp(
         CONNECTIONS_RECORD,
@@ -749,6 +771,23 @@ mod tests {
             wanted.sort_unstable();
             assert_eq!(wanted, probed, "{lib:?}");
         }
+    }
+
+    #[test]
+    fn only_the_nested_lifecycle_programs_skips_lose_nothing() {
+        let harmless: Vec<&str> = PROGRAMS
+            .iter()
+            .map(|p| p.name)
+            .filter(|n| !skips_lose_events(n))
+            .collect();
+        assert_eq!(harmless, [CONNECTIONS_NESTED]);
+        // It goes on the tracepoint of the program it stands behind.
+        let layout = |name| match get(name).map(|p| p.hook) {
+            Some(Hook::RawTracePoint { layout }) => Some((layout.category, layout.name)),
+            _ => None,
+        };
+        assert!(layout(CONNECTIONS).is_some());
+        assert_eq!(layout(CONNECTIONS_NESTED), layout(CONNECTIONS));
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub struct Summary {
     /// OpenSSL and GnuTLS sessions without a descriptor (their own BIO or
     /// transport) tied by the first packet their thread sent in a call.
     pub tls_tied_by_packet: u64,
+    /// Connection state changes a softirq made while the lifecycle program
+    /// ran on its CPU: skipped by the kernel for that program, handled by
+    /// its nested stand-in (`inet_sock_set_state_nested`).
+    pub lifecycle_nested_caught: u64,
     /// TLS sessions or connections the kernel could not store (maps full).
     pub tls_insert_failed: u64,
     /// Process events the TLS probe manager missed (its queue was full).

@@ -307,6 +307,18 @@ fn prometheus_endpoint() {
         text.contains("observer_events_dropped_total{stage=\"kernel\"}"),
         "{text}"
     );
+    // The kernel's skipped runs, live (the summary's kernel_missed).
+    assert!(
+        text.contains("observer_events_dropped_total{stage=\"kernel_missed\"} 0"),
+        "{text}"
+    );
+    // The heap in use: a live process's is never 0.
+    let heap_in_use: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("observer_memory_heap{state=\"in_use\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(heap_in_use > 100_000.0, "{text}");
 }
 
 #[test]

@@ -173,19 +173,42 @@ pub fn detach_all(ebpf: &mut Ebpf) {
 
 /// The kernel's per-CPU counters, taken out of the object so that the
 /// pipeline can read them while the TLS manager owns the rest.
-pub struct KernelCounters(Option<PerCpuArray<MapData, u64>>);
+pub struct KernelCounters {
+    counters: Option<PerCpuArray<MapData, u64>>,
+    /// The loaded programs whose runs the kernel skips are events lost.
+    skippable: Vec<ProgramFd>,
+}
 
 impl KernelCounters {
+    /// The counters map, and the programs loaded by now (every program of
+    /// the table is loaded at start, the uprobes' before any is placed).
     pub fn take(ebpf: &mut Ebpf) -> Self {
-        Self(
-            ebpf.take_map(COUNTERS_MAP)
+        let skippable = ebpf
+            .programs()
+            .filter(|(name, _)| crate::programs::skips_lose_events(name))
+            .filter_map(|(_, p)| p.fd().ok()?.try_clone().ok())
+            .collect();
+        Self {
+            counters: ebpf
+                .take_map(COUNTERS_MAP)
                 .and_then(|m| PerCpuArray::try_from(m).ok()),
-        )
+            skippable,
+        }
+    }
+
+    /// Runs the kernel skipped because the program was already running on
+    /// the CPU (`recursion_misses`), over every program whose skips lose
+    /// events: the summary's `kernel_missed`, live.
+    pub fn skipped(&self) -> u64 {
+        self.skippable
+            .iter()
+            .filter_map(|fd| super::prog_stats::recursion_misses(fd.as_fd().as_raw_fd()))
+            .sum()
     }
 
     /// Sums over CPUs.
     pub fn read(&self) -> Vec<(Counter, u64)> {
-        let Some(arr) = &self.0 else {
+        let Some(arr) = &self.counters else {
             return Vec::new();
         };
         Counter::ALL

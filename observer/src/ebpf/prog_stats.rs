@@ -46,6 +46,12 @@ fn info(fd: i32) -> Option<bpf_prog_info> {
     (rc == 0).then_some(info)
 }
 
+/// How often the kernel skipped the program of `fd` (already running on
+/// the CPU); None when its info cannot be read.
+pub fn recursion_misses(fd: i32) -> Option<u64> {
+    info(fd).map(|i| i.recursion_misses)
+}
+
 /// Statistics of every loaded program of `ebpf`.
 pub fn read(ebpf: &Ebpf) -> Vec<ProgStats> {
     ebpf.programs()

@@ -34,6 +34,7 @@ pub const IO: &str = "observer.tcp.io";
 pub const DROPPED: &str = "observer.events.dropped";
 pub const PROBES: &str = "observer.probes.attached";
 pub const TABLES: &str = "observer.tables.entries";
+pub const HEAP: &str = "observer.memory.heap";
 pub const GPU_UTIL: &str = "hw.gpu.utilization";
 pub const GPU_MEM_UTIL: &str = "hw.gpu.memory.utilization";
 pub const GPU_MEM_USAGE: &str = "hw.gpu.memory.usage";
@@ -159,6 +160,11 @@ const DESCRIPTIONS: &[Described] = &[
         name: TABLES,
         unit: "{entry}",
         description: "Entries in the observer's tables that grow with processes and connections, by table",
+    },
+    Described {
+        name: HEAP,
+        unit: "By",
+        description: "The observer's heap, by state: in_use (allocated), free (freed, held by the allocator)",
     },
     Described {
         name: PROBES,

@@ -158,7 +158,8 @@ fn on_tracepoint(
     p: &'static Program,
     cx: &Context,
 ) -> Result<(), AttachError> {
-    let r = if p.name == programs::CONNECTIONS && !cx.sock_layout {
+    let reads_socket = p.name == programs::CONNECTIONS || p.name == programs::CONNECTIONS_NESTED;
+    let r = if reads_socket && !cx.sock_layout {
         let e = AttachError::NoSocketLayout;
         probes.note_external(p.name, Err(&e));
         Err(e)
@@ -169,7 +170,7 @@ fn on_tracepoint(
     };
     let Err(e) = r else { return Ok(()) };
     let Some(other) = programs::stand_in(p.name) else {
-        if !e.no_tracefs() {
+        if !e.no_tracefs() && !matches!(e, AttachError::NoSocketLayout) {
             tracing::warn!(program = p.name, "lost: {}: {e}", p.gives);
         }
         return Err(e);

@@ -130,6 +130,8 @@ impl Observer {
             ..
         } = self;
         let (ring, conns, counters) = take_maps(&mut probes)?;
+        crate::heap::keep_releasing(crate::heap::RELEASE_EVERY)
+            .context("starting the heap's release thread")?;
         let probes_attached: u64 = probes.states().iter().map(|(_, s)| s.attached).sum();
         let stats = Arc::new(Stats::default());
         let output = start_output(&mut how)?;

@@ -67,6 +67,7 @@ impl Parts<'_> {
             tls_rustls_reads_unjoined: k(Counter::RustlsReadUnjoined),
             tls_tied_by_fd: k(Counter::TlsFdTied),
             tls_tied_by_packet: k(Counter::TlsPacketTied),
+            lifecycle_nested_caught: k(Counter::LifecycleNested),
             tls_insert_failed: k(Counter::TlsInsertFailed),
             tls_commands_dropped: Stats::get(&s.tls_commands_full),
             tables: s.tables.read(),
@@ -100,7 +101,12 @@ impl Parts<'_> {
         let s = self.stats;
         Dropped {
             kernel_ring: self.k(Counter::RingFull),
-            kernel_missed: self.prog_stats.iter().map(|p| p.recursion_misses).sum(),
+            kernel_missed: self
+                .prog_stats
+                .iter()
+                .filter(|p| crate::programs::skips_lose_events(&p.program))
+                .map(|p| p.recursion_misses)
+                .sum(),
             kernel_map: self.k(Counter::ConnInsertFailed),
             evicted: self.end.evicted,
             channel: Stats::get(&s.channel_full),

@@ -207,6 +207,14 @@ impl Attached {
         }
     }
 
+    /// The observer's gauges named `prefix` by label (`run` only; see
+    /// [`Daemon::gauges`]).
+    pub fn gauges(&self, prefix: &str) -> Vec<(String, f64)> {
+        self.daemon
+            .as_ref()
+            .map_or_else(Vec::new, |d| d.gauges(prefix))
+    }
+
     /// What the OTLP receiver and the scraper took in so far (`run` only).
     pub fn consumed(&self) -> Option<Consumed> {
         self.daemon.as_ref().map(Daemon::consumed)

@@ -115,6 +115,24 @@ impl Daemon {
         }));
     }
 
+    /// The gauges of the observer's metrics whose Prometheus name starts
+    /// with `prefix`, by their one label's value
+    /// (`observer_tables_entries{table="connections"} 12` -> ("connections", 12)).
+    pub fn gauges(&self, prefix: &str) -> Vec<(String, f64)> {
+        let Ok(body) = scrape_body(self.prometheus_port) else {
+            return Vec::new();
+        };
+        String::from_utf8_lossy(&body)
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix)?.strip_prefix('{'))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once("} ")?;
+                let label = labels.split_once("=\"")?.1.split('"').next()?;
+                Some((label.to_owned(), value.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
     pub fn consumed(&self) -> Consumed {
         let c = &self.counts;
         Consumed {
@@ -192,10 +210,15 @@ fn read_chunked(r: &mut impl BufRead) -> std::io::Result<usize> {
 
 /// One GET /metrics, read to the end; the body's length.
 fn scrape(port: u16) -> std::io::Result<u64> {
+    Ok(scrape_body(port)?.len() as u64)
+}
+
+/// One GET /metrics, read to the end (the answer's head included).
+fn scrape_body(port: u16) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
     let mut body = Vec::new();
     s.read_to_end(&mut body)?;
-    Ok(body.len() as u64)
+    Ok(body)
 }

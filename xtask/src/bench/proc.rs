@@ -36,6 +36,12 @@ pub fn rss_bytes(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:") * 1024
 }
 
+/// Anonymous resident memory in bytes (RssAnon: the heap, stacks, maps the
+/// process wrote), or 0 if gone.
+pub fn rss_anon_bytes(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:") * 1024
+}
+
 fn status_kib(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
