@@ -91,7 +91,7 @@ fn duration_stops_by_itself_with_a_summary() {
     );
     assert!(
         err.lines().any(|l| l.starts_with("ready: ")
-            && l.contains("; connections: on (8/8 programs attached); ")),
+            && l.contains("; connections: on (9/9 programs attached); ")),
         "{err}"
     );
     assert!(err.lines().any(|l| l.starts_with("summary: ")), "{err}");
@@ -130,7 +130,7 @@ fn doctor_reports_every_probe_attached() {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert!(v["kernel"].as_str().unwrap().starts_with(release.trim()));
     let probes = v["probes"].as_array().unwrap();
-    assert_eq!(probes.len(), 8);
+    assert_eq!(probes.len(), 9);
     for p in probes {
         assert_eq!(p["status"], "attached", "{p}");
         assert!(!p["feature"].as_str().unwrap().is_empty());
@@ -263,7 +263,7 @@ fn under_reduced_privileges_each_feature_says_whether_it_works() {
     assert_eq!(code, Some(0), "{err}");
     let ready = err.lines().find(|l| l.starts_with("ready: ")).expect(&err);
     for want in [
-        "; connections: degraded (8/8 programs attached; first bytes and inbound owners lost: \
+        "; connections: degraded (9/9 programs attached; first bytes and inbound owners lost: \
          the packet programs are not attached)",
         "; TLS handshakes: on (",
         "openssl /usr/lib/x86_64-linux-gnu/libssl.so.3",
