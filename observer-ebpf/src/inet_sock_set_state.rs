@@ -64,7 +64,7 @@ pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
 /// first is not running and so handles the change.
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
 pub fn inet_sock_set_state_nested(ctx: RawTracePointContext) -> i32 {
-    // SAFETY: this CPU's slot, read only.
+    // This CPU's slot, read only.
     let first_running = RUNNING.get(0).is_some_and(|r| *r != 0);
     if first_running {
         count(Counter::LifecycleNested);

@@ -330,6 +330,7 @@ impl Pools {
             }
             keep
         });
+        shrink_if_sparse(&mut self.pools);
         out.sort_by_key(|r| (r.pid, r.peer_addr, r.peer_port));
         out
     }
@@ -355,6 +356,17 @@ impl Pools {
             all.entry(exe_key(k, p)).or_default().add(&p.t);
         }
         all.into_iter().collect()
+    }
+}
+
+/// Gives back a map's room once it holds under a quarter of it: a map never
+/// shrinks by itself, so each new peak of short-lived clients' pools (curl
+/// after curl, each pool kept a minute) would step the heap up for good
+/// (+256 KiB at one such peak in the soak).
+fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    const SMALL: usize = 64;
+    if map.capacity() > SMALL && map.len() < map.capacity() / 4 {
+        map.shrink_to((map.len() * 2).max(SMALL));
     }
 }
 
@@ -522,5 +534,27 @@ mod tests {
         }
         assert_eq!(p.open().count(), MAX_POOLS);
         assert_eq!(p.untracked, 3);
+    }
+
+    #[test]
+    fn a_peak_of_pools_gives_its_room_back_once_they_are_forgotten() {
+        let mut p = Pools::default();
+        for pid in 0..2_000 {
+            p.count(&owner(pid), peer(), None, Use::Idle, 1);
+        }
+        let peak = p.pools.capacity();
+        p.begin_census();
+        p.count(&owner(1), peer(), None, Use::Idle, 1);
+        for _ in 0..=FORGET_TICKS {
+            p.tick(2);
+        }
+        assert_eq!(p.pools.len(), 1);
+        assert!(
+            p.pools.capacity() <= 128,
+            "{peak} -> {}",
+            p.pools.capacity()
+        );
+        // The retired pools' totals stay.
+        assert_eq!(p.totals().len(), 1);
     }
 }

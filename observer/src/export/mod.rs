@@ -8,6 +8,7 @@ mod grpc_bytes;
 pub mod metrics;
 pub mod otlp;
 pub mod prometheus;
+mod protowire;
 pub mod queue;
 pub mod retry;
 pub mod running;

@@ -14,7 +14,6 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use prost::Message;
 use serde::Serialize;
 
 pub use super::sampling::{Sampled, Sampling};
@@ -700,11 +699,10 @@ impl Exporter {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let req = match self.metrics.lock() {
-            Ok(m) => m.otlp(self.resource.clone(), now),
+        let body = match self.metrics.lock() {
+            Ok(m) => Bytes::from(m.otlp_bytes(&self.resource, now)),
             Err(_) => return,
         };
-        let body = Bytes::from(req.encode_to_vec());
         match sender.send(sig, Service::Metrics, body).await {
             Ok(()) => {
                 self.stats.metric_exports.fetch_add(1, Ordering::Relaxed);

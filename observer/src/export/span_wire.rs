@@ -14,6 +14,10 @@ use std::{
     fmt::{self, Write as _},
 };
 
+use super::protowire::{
+    attr_len, bytes_len, framed_len, put_attr, put_bytes, put_fixed64, put_key, put_varint,
+    put_varint_field, varint_field_len, varint_len, AnyRef, LEN,
+};
 use crate::record::{push_ip, Host};
 
 /// Text that is often a fixed name.
@@ -438,86 +442,6 @@ fn scope_len() -> usize {
     bytes_len(1, SCOPE_NAME.as_bytes()) + bytes_len(2, SCOPE_VERSION.as_bytes())
 }
 
-/// A message of `n` bytes as field `field`.
-fn framed_len(field: u32, n: usize) -> usize {
-    key_len(field) + varint_len(n as u64) + n
-}
-
-/// AnyValue, borrowed: a oneof, written even when it holds a default.
-#[derive(Clone, Copy)]
-enum AnyRef<'a> {
-    Str(&'a str),
-    Int(i64),
-    Double(f64),
-    Bool(bool),
-}
-
-impl AnyRef<'_> {
-    fn body_len(self) -> usize {
-        match self {
-            AnyRef::Str(v) => framed_len(1, v.len()),
-            AnyRef::Bool(_) => key_len(2) + 1,
-            AnyRef::Int(v) => key_len(3) + varint_len(v as u64),
-            AnyRef::Double(_) => key_len(4) + 8,
-        }
-    }
-
-    fn write(self, buf: &mut Vec<u8>) {
-        match self {
-            AnyRef::Str(v) => {
-                put_key(buf, 1, LEN);
-                put_varint(buf, v.len() as u64);
-                buf.extend_from_slice(v.as_bytes());
-            }
-            AnyRef::Bool(v) => {
-                put_key(buf, 2, VARINT);
-                buf.push(u8::from(v));
-            }
-            AnyRef::Int(v) => {
-                put_key(buf, 3, VARINT);
-                put_varint(buf, v as u64);
-            }
-            AnyRef::Double(v) => {
-                put_key(buf, 4, FIXED64);
-                buf.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-    }
-}
-
-/// KeyValue's body: the key, then the value.
-fn attr_body_len(key: &str, v: AnyRef<'_>) -> usize {
-    bytes_len(1, key.as_bytes()) + framed_len(2, v.body_len())
-}
-
-fn attr_len(field: u32, key: &str, v: AnyRef<'_>) -> usize {
-    framed_len(field, attr_body_len(key, v))
-}
-
-fn put_attr(buf: &mut Vec<u8>, field: u32, key: &str, v: AnyRef<'_>) {
-    let any = v.body_len();
-    let body = bytes_len(1, key.as_bytes()) + framed_len(2, any);
-    // One reservation for the whole attribute: its bytes are then pushed
-    // without growing the buffer midway.
-    buf.reserve(framed_len(field, body));
-    if body < 0x80 && field < 16 && !key.is_empty() {
-        // Nearly every attribute: each key and length one byte, the
-        // KeyValue's head and the AnyValue's written in two pieces.
-        let tag = |f: u32| ((f << 3) | LEN) as u8;
-        buf.extend_from_slice(&[tag(field), body as u8, tag(1), key.len() as u8]);
-        buf.extend_from_slice(key.as_bytes());
-        buf.extend_from_slice(&[tag(2), any as u8]);
-        v.write(buf);
-        return;
-    }
-    put_key(buf, field, LEN);
-    put_varint(buf, body as u64);
-    put_bytes(buf, 1, key.as_bytes());
-    put_key(buf, 2, LEN);
-    put_varint(buf, any as u64);
-    v.write(buf);
-}
-
 fn any(v: &Value) -> AnyRef<'_> {
     match v {
         Value::Str(v) => AnyRef::Str(v),
@@ -533,72 +457,6 @@ fn kv_len(field: u32, a: &KeyValue) -> usize {
 
 fn put_kv(buf: &mut Vec<u8>, field: u32, a: &KeyValue) {
     put_attr(buf, field, a.key, any(&a.value));
-}
-
-// Protobuf wire format: a key is (field << 3) | wire type; the fields of a
-// message go in field order, defaults (0, empty) left out as prost does.
-
-const VARINT: u32 = 0;
-const FIXED64: u32 = 1;
-const LEN: u32 = 2;
-
-fn varint_len(v: u64) -> usize {
-    // ceil(bits / 7) without a division, as prost computes it.
-    ((64 - (v | 1).leading_zeros() as usize) * 9 + 64) / 64
-}
-
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
-
-fn key_len(field: u32) -> usize {
-    varint_len(u64::from(field << 3))
-}
-
-fn put_key(buf: &mut Vec<u8>, field: u32, wire: u32) {
-    put_varint(buf, u64::from((field << 3) | wire));
-}
-
-fn bytes_len(field: u32, b: &[u8]) -> usize {
-    if b.is_empty() {
-        0
-    } else {
-        key_len(field) + varint_len(b.len() as u64) + b.len()
-    }
-}
-
-fn put_bytes(buf: &mut Vec<u8>, field: u32, b: &[u8]) {
-    if !b.is_empty() {
-        put_key(buf, field, LEN);
-        put_varint(buf, b.len() as u64);
-        buf.extend_from_slice(b);
-    }
-}
-
-fn varint_field_len(field: u32, v: u64) -> usize {
-    if v == 0 {
-        0
-    } else {
-        key_len(field) + varint_len(v)
-    }
-}
-
-fn put_varint_field(buf: &mut Vec<u8>, field: u32, v: u64) {
-    if v != 0 {
-        put_key(buf, field, VARINT);
-        put_varint(buf, v);
-    }
-}
-
-fn put_fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
-    if v != 0 {
-        put_key(buf, field, FIXED64);
-        buf.extend_from_slice(&v.to_le_bytes());
-    }
 }
 
 #[cfg(test)]
