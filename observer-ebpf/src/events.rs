@@ -363,11 +363,32 @@ pub fn is_h2_frame(h: &[u8; 9]) -> bool {
 unsafe fn copy_user(ev: *mut PlaintextEvent, at: usize, src: u64, size: u32) -> bool {
     use aya_ebpf::helpers::generated::bpf_probe_read_user;
     let dst = (*ev).data.as_mut_ptr().add(at).cast();
-    // The verifier needs the bound right at the call.
     if size as usize > DATA_CAPTURE - at {
         return false;
     }
-    bpf_probe_read_user(dst, size, src as *const _) == 0
+    bpf_probe_read_user(dst, verifier_bound(size), src as *const _) == 0
+}
+
+/// `size` (below [`DATA_CAPTURE`], a power of two) masked in the register
+/// the helper gets. The check above bounds it for LLVM, which then drops a
+/// plain mask and may pass a copy it reloads from the stack, spilled before
+/// the check: verifiers before 6.8 do not carry the bound to that copy and
+/// refused the program (6.1: "R2 min value is negative"). The mask, opaque
+/// to LLVM, bounds the very register.
+#[inline(always)]
+fn verifier_bound(size: u32) -> u32 {
+    const { assert!(DATA_CAPTURE.is_power_of_two()) };
+    let mut n = u64::from(size);
+    // SAFETY: an AND on a register; no memory, no stack.
+    unsafe {
+        core::arch::asm!(
+            "{n} &= {mask}",
+            n = inout(reg) n,
+            mask = const DATA_CAPTURE - 1,
+            options(pure, nomem, nostack),
+        );
+    }
+    n as u32
 }
 
 /// Sends a plaintext call's bytes (all of them up to DATA_CAPTURE, else its
@@ -431,7 +452,10 @@ pub fn emit_tls_plaintext(
         (*ev).hs_end_ns = tls.hs_end_ns;
         (*ev).library = tls.library;
         (*ev)._pad = 0;
-        if n <= DATA_CAPTURE as u64 {
+        // Below DATA_CAPTURE whole (the mask in `copy_user` keeps that
+        // size); else its halves, of fixed size (a call of exactly
+        // DATA_CAPTURE bytes is both halves: the same bytes).
+        if n < DATA_CAPTURE as u64 {
             copy_user(ev, 0, buf, n as u32)
         } else {
             copy_user(ev, 0, buf, DATA_HALF as u32)

@@ -2,6 +2,8 @@
 //! what it hooks. Shared types and map names come from `observer-common`.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// `asm!` for a mask the verifier must see (events::verifier_bound).
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
 #[cfg(target_arch = "bpf")]
 mod ctx;
@@ -34,6 +36,8 @@ mod libc_resolver;
 mod libgnutls;
 #[cfg(target_arch = "bpf")]
 mod libssl;
+#[cfg(target_arch = "bpf")]
+mod packet_task;
 #[cfg(target_arch = "bpf")]
 mod rustls;
 #[cfg(target_arch = "bpf")]
