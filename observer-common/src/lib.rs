@@ -90,6 +90,36 @@ pub struct TcpCounters {
 /// `enum sock_flags`: SOCK_DONE, set when the peer's FIN is received.
 pub const SOCK_DONE: u32 = 1;
 
+/// Global: which task helpers the cgroup_skb programs may call on this
+/// kernel, as the loader probed it (`SKB_TASK_PID`, `SKB_TASK_COMM`).
+/// `bpf_get_current_pid_tgid` came to them in Linux 6.10 and
+/// `bpf_get_current_comm` later; an older verifier refuses the whole program
+/// for a call it does not allow, even one a flag makes unreachable at run
+/// time, unless the flag is a load-time constant (then the branch is dead
+/// code it never walks).
+pub const SKB_TASK_GLOBAL: &str = "SKB_TASK";
+pub const SKB_TASK_PID: u32 = 1;
+pub const SKB_TASK_COMM: u32 = 2;
+
+/// Global: where a task's ids and name are in `struct task_struct` (from
+/// BTF; all 0: unknown). Where the packet programs may not call the task
+/// helpers, they read the current task's own fields instead
+/// (`bpf_get_current_task` and `bpf_probe_read_kernel` are theirs on every
+/// kernel since 5.8, with CAP_PERFMON).
+pub const TASK_IDS_GLOBAL: &str = "TASK_IDS";
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskIds {
+    /// `task_struct.pid`: the thread id.
+    pub pid: u32,
+    /// `task_struct.tgid`: the process id.
+    pub tgid: u32,
+    /// `task_struct.comm`: the thread's name (16 bytes).
+    pub comm: u32,
+    pub _pad: u32,
+}
+
 /// Global: 1 when the packet programs read DNS messages (`--dns-wire on`).
 pub const DNS_WIRE_GLOBAL: &str = "DNS_WIRE";
 /// Global: 1 when `tcp:tcp_destroy_sock` is attached, so a closed connection's
@@ -500,10 +530,12 @@ mod pod {
     unsafe impl aya::Pod for super::hold::ExeWalk {}
     unsafe impl aya::Pod for super::TcpCounters {}
     unsafe impl aya::Pod for super::SockTuple {}
+    unsafe impl aya::Pod for super::TaskIds {}
     unsafe impl aya::Pod for super::hold::ExeKey {}
 }
 
 // Layout checks: a change here is a wire-format change on both sides.
+const _: () = assert!(core::mem::size_of::<TaskIds>() == 16);
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 16);
 const _: () = assert!(core::mem::size_of::<Conn>() == 192);
 const _: () = assert!(core::mem::size_of::<OwnerEvent>() == 16 + 56);

@@ -9,14 +9,12 @@
 //! process: a connection's byte and segment totals come from the kernel's
 //! own counters when its record is made (`events::copy_counters`).
 
-use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use observer_common::{Conn, FLAG_OWNED, FLAG_TLS, FLAG_TLS_RECORDS, FLAG_TLS_TIMED};
 
 use crate::{
-    ctx::current_comm_into,
     events::{emit_owner, sk_held_by_task, sk_srtt_us},
     maps::{own_tgid, sk_lock_owned_offset, CONNS, OWN_SOCKS},
-    tls_state,
+    packet_task, tls_state,
 };
 
 /// Notes what payload packet (`egress`: leaving) of `conn` tells. False
@@ -54,7 +52,8 @@ pub fn note(conn: &mut Conn, egress: bool, now: u64) -> bool {
 /// and a TLS connection's socket times.
 #[inline(always)]
 pub fn settled(conn: &Conn) -> bool {
-    let owned = conn.flags & FLAG_OWNED != 0 || sk_lock_owned_offset() == 0;
+    let owned =
+        conn.flags & FLAG_OWNED != 0 || sk_lock_owned_offset() == 0 || !packet_task::known();
     owned
         && conn.first_tx_ns != 0
         && conn.first_rx_ns != 0
@@ -65,9 +64,12 @@ pub fn settled(conn: &Conn) -> bool {
 /// its packet, which holds the socket: the kernel sends from softirq only
 /// while no task holds it, so this is the task's own send, never an
 /// interrupted one's. False when the connection is the observer's own.
+/// True (nothing done) where the task cannot be known here.
 #[inline(always)]
 fn claim(conn: &mut Conn, now: u64) -> bool {
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(pid_tgid) = packet_task::pid_tgid() else {
+        return true;
+    };
     let tgid = (pid_tgid >> 32) as u32;
     let sk = conn.sk;
     if tgid == own_tgid() {
@@ -77,7 +79,8 @@ fn claim(conn: &mut Conn, now: u64) -> bool {
     }
     conn.pid = tgid;
     conn.tid = pid_tgid as u32;
-    current_comm_into(&mut conn.comm);
+    // Else left as made (zeroes): userspace names it from the pid.
+    packet_task::comm_into(&mut conn.comm);
     conn.flags |= FLAG_OWNED;
     if conn.flags & FLAG_TLS_RECORDS != 0 {
         // Its TLS context was made before the observer started: the

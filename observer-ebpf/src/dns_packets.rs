@@ -9,7 +9,8 @@
 //! is in the context), after three header loads for the others.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_skb_load_bytes},
+    bindings::bpf_sock,
+    helpers::{bpf_get_socket_cookie, bpf_skb_load_bytes},
     macros::map,
     maps::LruHashMap,
     programs::SkBuffContext,
@@ -22,10 +23,11 @@ use observer_common::{
 
 use crate::{
     cgroup_skb::layers,
-    ctx::{current_comm_into, now_ns, zero_words},
+    ctx::{now_ns, zero_words},
     events::{reserve, submit_flags},
     libc_resolver::DNS_CALLS,
-    maps::{count, own_tgid},
+    maps::{count, own_tgid, CONNS},
+    packet_task,
 };
 
 /// Sockets that sent a query: only their responses are sent up, and their
@@ -87,8 +89,8 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     // SAFETY: the program's own context.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     let pid_tgid = if egress {
-        let pid_tgid = bpf_get_current_pid_tgid();
-        if (pid_tgid >> 32) as u32 == own_tgid() {
+        let pid_tgid = sender(sk);
+        if pid_tgid != 0 && (pid_tgid >> 32) as u32 == own_tgid() {
             return None;
         }
         pid_tgid
@@ -136,9 +138,9 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
         // Volatile: on ingress it and the zero pid beside it would merge
         // into a byte-loop memset.
         core::ptr::write_volatile(&raw mut (*ev).libc_start_ns, libc_start_ns);
-        if egress {
-            current_comm_into(&mut (*ev).comm);
-        } else {
+        // Else (and for answers) zeroes: userspace names a known sender
+        // from its pid.
+        if !(egress && packet_task::comm_into(&mut (*ev).comm)) {
             zero_words(&raw mut (*ev).comm);
         }
         (*ev).egress = u8::from(egress);
@@ -187,4 +189,21 @@ pub fn packet(ctx: &SkBuffContext, egress: bool) -> Option<()> {
     }
     entry.submit(submit_flags());
     Some(())
+}
+
+/// The task sending a query: the current one (where it can be known), else
+/// a TCP connection's owner from its connect; 0 when neither is known.
+#[inline(always)]
+fn sender(sk: *mut bpf_sock) -> u64 {
+    if let Some(id) = packet_task::pid_tgid() {
+        return id;
+    }
+    if sk.is_null() {
+        return 0;
+    }
+    CONNS.get_ptr(&(sk as u64)).map_or(0, |c| {
+        // SAFETY: a live map value, valid for this program run.
+        let c = unsafe { &*c };
+        (u64::from(c.pid) << 32) | u64::from(c.tid)
+    })
 }

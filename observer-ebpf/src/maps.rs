@@ -92,6 +92,36 @@ pub fn sk_lock_owned_offset() -> u32 {
     unsafe { core::ptr::read_volatile(&SK_LOCK_OWNED_OFFSET) }
 }
 
+/// Task helpers the packet programs may call here (`SKB_TASK_PID`,
+/// `SKB_TASK_COMM`); 0 until the loader sets what the kernel allows.
+#[no_mangle]
+static SKB_TASK: u32 = 0;
+
+#[inline(always)]
+pub fn skb_task_pid() -> bool {
+    unsafe { core::ptr::read_volatile(&SKB_TASK) & observer_common::SKB_TASK_PID != 0 }
+}
+
+#[inline(always)]
+pub fn skb_task_comm() -> bool {
+    unsafe { core::ptr::read_volatile(&SKB_TASK) & observer_common::SKB_TASK_COMM != 0 }
+}
+
+/// Where a task's ids and name are, for the packet programs that may not
+/// call the task helpers (from BTF; 0: unknown).
+#[no_mangle]
+static TASK_IDS: observer_common::TaskIds = observer_common::TaskIds {
+    pid: 0,
+    tgid: 0,
+    comm: 0,
+    _pad: 0,
+};
+
+#[inline(always)]
+pub fn task_ids() -> observer_common::TaskIds {
+    unsafe { core::ptr::read_volatile(&TASK_IDS) }
+}
+
 /// 1: the packet programs read DNS messages (the DNS wire feature is on).
 #[no_mangle]
 static DNS_WIRE: u32 = 0;

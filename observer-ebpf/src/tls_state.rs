@@ -517,7 +517,11 @@ pub fn bind(
 /// given to the library.
 #[inline(always)]
 pub fn tie_by_packet(conn: &mut Conn, now: u64) -> Option<()> {
-    let (_, pid_tgid) = current()?;
+    // The packet programs' own way to the task (this runs in one).
+    let pid_tgid = crate::packet_task::pid_tgid()?;
+    if (pid_tgid >> 32) as u32 == own_tgid() {
+        return None;
+    }
     // Most such packets come from no TLS call: the map first, the kernel's
     // lock after.
     TLS_CALLS.get_ptr(&TlsCallKey { id: pid_tgid, g: 0 })?;

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use observer_common::{hold::ExeWalk, tls::go::FdWalk, SockTuple, TcpCounters};
+use observer_common::{hold::ExeWalk, tls::go::FdWalk, SockTuple, TaskIds, TcpCounters};
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
@@ -247,6 +247,10 @@ pub struct KernelOffsets {
     /// executable's first process; None: nothing is held.
     #[serde(skip)]
     pub exe_walk: Option<ExeWalk>,
+    /// Where a task's ids and name are, for the packet programs on kernels
+    /// that refuse them the task helpers (all 0: not found).
+    #[serde(skip)]
+    pub task_ids: TaskIds,
 }
 
 /// Why the running kernel's socket offsets are unknown. The text is what
@@ -316,6 +320,9 @@ pub fn kernel_offsets() -> Result<KernelOffsets, OffsetsError> {
             )
         })
         .unwrap_or_default();
+    let task_ids = task_ids_of(&types)
+        .map_err(|e| tracing::warn!("packet programs cannot read the current task's ids: {e}"))
+        .unwrap_or_default();
     Ok(KernelOffsets {
         sk_err: get("sock", "sk_err")?,
         srtt_us: get("tcp_sock", "srtt_us")?,
@@ -325,6 +332,16 @@ pub fn kernel_offsets() -> Result<KernelOffsets, OffsetsError> {
         fd_to_socket: fd_walk.is_some(),
         fd_walk,
         exe_walk,
+        task_ids,
+    })
+}
+
+fn task_ids_of(t: &Types) -> Result<TaskIds, BtfError> {
+    Ok(TaskIds {
+        pid: t.member("task_struct", "pid")?,
+        tgid: t.member("task_struct", "tgid")?,
+        comm: t.member("task_struct", "comm")?,
+        _pad: 0,
     })
 }
 

@@ -370,7 +370,15 @@ impl ConnTable {
                 self.add_lookup(r);
                 None
             }
-            Event::DnsPacket(ev) => {
+            Event::DnsPacket(mut ev) => {
+                if ev.comm[0] == 0 && ev.pid != 0 {
+                    // A kernel whose packet programs may not ask for the
+                    // task's name: the process's, from its pid.
+                    if let Some(c) = &self.procs.get(ev.pid).comm {
+                        let n = c.len().min(15);
+                        ev.comm[..n].copy_from_slice(&c.as_bytes()[..n]);
+                    }
+                }
                 for r in self.wire.packet(&ev, &self.clock) {
                     self.add_lookup(r);
                 }
@@ -440,12 +448,17 @@ impl ConnTable {
         if self.names.len() >= MAX_NAMES {
             self.names.clear();
         }
-        let thread_comm = self
-            .names
-            .entry(comm)
-            .or_insert_with(|| Arc::from(comm_str(&comm)))
-            .clone();
         let info = self.procs.get(pid);
+        // Zeroes where the kernel's packet programs may not ask for the
+        // name: the process's.
+        let thread_comm = match (&info.comm, comm[0]) {
+            (Some(c), 0) => Arc::clone(c),
+            _ => self
+                .names
+                .entry(comm)
+                .or_insert_with(|| Arc::from(comm_str(&comm)))
+                .clone(),
+        };
         let owner = Owner {
             pid,
             tid,

@@ -94,6 +94,13 @@ pub struct Report {
     pub offsets_error: Option<String>,
     /// Records wait for tcp:tcp_destroy_sock (else they go out at CLOSE).
     pub emit_at_destroy: bool,
+    /// How the packet programs learn the task sending a packet here: the
+    /// task helpers this kernel lets them call (`bpf_get_current_pid_tgid`
+    /// 6.10+, `bpf_get_current_comm` later) and, without them, the task's
+    /// own fields (`task_struct fields (BTF)`); with neither, inbound
+    /// owners, UDP query senders and TLS sessions without a descriptor are
+    /// lost.
+    pub packet_task: Vec<&'static str>,
     /// The connection tracepoints.
     pub probes: Vec<ProbeRow>,
     /// Every program of the object (the program table), with its state.
@@ -113,6 +120,10 @@ pub struct Report {
     pub ok: bool,
     /// Why it cannot, when it cannot.
     pub refusal: Option<String>,
+    /// `ok`, `degraded` (it runs, but an expected feature is off or
+    /// degraded: `why` lists them) or `unusable` (`why`: as `refusal`); the
+    /// exit code follows it (0, 3, 1).
+    pub verdict: crate::features::Verdict,
     /// The capabilities held, and per feature those it needs and lacks
     /// (`privileges::FEATURE_NEEDS`).
     pub capabilities: CapabilityReport,
@@ -213,6 +224,7 @@ pub fn run(options: Options) -> Report {
         offsets: None,
         offsets_error: None,
         emit_at_destroy: false,
+        packet_task: Vec::new(),
         probes: Vec::new(),
         programs: Vec::new(),
         features: Features::default(),
@@ -222,6 +234,7 @@ pub fn run(options: Options) -> Report {
         other_observers: crate::others::find(),
         ok: false,
         refusal: None,
+        verdict: crate::features::Verdict::Unusable("not started".into()),
         capabilities: CapabilityReport::of(&p),
     };
     match Observer::start(options) {
@@ -229,6 +242,7 @@ pub fn run(options: Options) -> Report {
             let why = format!("{:#}", anyhow::Error::from(e));
             (report.probes, report.programs) = rows(&untried(&format!("not tried: {why}")));
             report.refusal = Some(why.clone());
+            report.verdict = crate::features::Verdict::Unusable(why.clone());
             report.load_error = Some(why);
             // The observer did not get as far as NVML: tried here.
             report.gpu = GpuReport::of(lib, &Gpus::open(lib));
@@ -242,6 +256,7 @@ pub fn run(options: Options) -> Report {
             report.offsets = obs.offsets.as_ref().ok().cloned();
             report.offsets_error = obs.offsets.as_ref().err().map(ToString::to_string);
             report.emit_at_destroy = obs.emit_at_destroy;
+            report.packet_task = crate::ebpf::kernel_probe::packet_task_ways(obs.skb_task);
             report.gpu = GpuReport::of(lib, &obs.gpus);
             (report.probes, report.programs) = rows(&obs.probes.states());
             report.features = obs.features();
@@ -251,6 +266,7 @@ pub fn run(options: Options) -> Report {
                 Ok(()) => report.ok = true,
                 Err(e) => report.refusal = Some(e.to_string()),
             }
+            report.verdict = obs.overall();
         }
     }
     report
@@ -480,18 +496,12 @@ fn print_gpu(g: &GpuReport) {
 
 fn print_verdict(r: &Report) {
     let attached = r.programs.iter().filter(|p| p.status == "attached").count();
-    match (&r.refusal, r.ok) {
-        (None, true) => println!(
-            "verdict: ok, {attached}/{} programs attached; features: {}",
-            r.programs.len(),
-            r.features.words()
-        ),
-        (why, _) => println!(
-            "verdict: NOT WORKING ({}), {attached}/{} programs attached",
-            why.as_deref().unwrap_or("?"),
-            r.programs.len()
-        ),
-    }
+    println!(
+        "verdict: {}, {attached}/{} programs attached; features: {}",
+        r.verdict.line(),
+        r.programs.len(),
+        r.features.words()
+    );
 }
 
 /// "missing CAP_SYS_ADMIN (why)" under a feature, one line per capability.

@@ -70,11 +70,7 @@ fn main() -> ExitCode {
             } else {
                 doctor::print(&report, args.verbose);
             }
-            if report.ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
+            ExitCode::from(report.verdict.exit_code())
         }
     }
 }

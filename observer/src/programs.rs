@@ -69,6 +69,19 @@ pub enum Library {
     Libc,
 }
 
+impl Library {
+    /// As `doctor` and the feature states name it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Library::OpenSsl => "OpenSSL/BoringSSL",
+            Library::GnuTls => "GnuTLS",
+            Library::Go => "Go crypto/tls",
+            Library::Rustls => "rustls",
+            Library::Libc => "C library resolver",
+        }
+    }
+}
+
 /// Which way a cgroup_skb program sees packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -618,7 +631,27 @@ impl Program {
     pub fn serves(&self, feature: Feature) -> bool {
         self.feature == feature || self.also == Some(feature)
     }
+
+    /// Whether it is a uprobe on a function of `lib`.
+    pub fn probes_library(&self, lib: Library) -> bool {
+        matches!(self.hook, Hook::UProbe { functions, .. } if functions.iter().any(|&(l, _)| l == lib))
+    }
+
+    /// A TLS library's uprobe: its refusal costs only the libraries it
+    /// probes (the TLS manager asks per library, [`crate::ebpf::Probes::refusal`]),
+    /// not the whole feature.
+    pub fn per_tls_library(&self) -> bool {
+        TLS_LIBRARIES.iter().any(|&l| self.probes_library(l))
+    }
 }
+
+/// The libraries whose TLS the uprobes see.
+pub const TLS_LIBRARIES: [Library; 4] = [
+    Library::OpenSsl,
+    Library::GnuTls,
+    Library::Go,
+    Library::Rustls,
+];
 
 /// The table's rows of one feature.
 pub fn of(feature: Feature) -> impl Iterator<Item = &'static Program> {

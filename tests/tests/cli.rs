@@ -283,11 +283,17 @@ fn under_reduced_privileges_each_feature_says_whether_it_works() {
         summary.contains("features: connections degraded, TLS handshakes on, TLS plaintext timing on, DNS library on, DNS wire off, plain HTTP requests off"),
         "{summary}"
     );
-    // doctor reaches the same verdict (it can run) and the same states.
+    // doctor reaches the same verdict (it can run, degraded: exit 3) and
+    // the same states.
     let (code, out, err) = as_nobody(caps, &["doctor", "--json"]);
-    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(code, Some(3), "{out}{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ok"], true);
+    assert_eq!(v["verdict"]["verdict"], "degraded", "{}", v["verdict"]);
+    let why = v["verdict"]["why"].to_string();
+    for off in ["connections degraded", "DNS wire off", "plain HTTP requests off"] {
+        assert!(why.contains(off), "{off}: {why}");
+    }
     let state = |f: &str| {
         v["features"]
             .as_array()
@@ -385,5 +391,121 @@ fn another_observer_loaded_is_named() {
     assert!(
         !text.contains(&format!("pid {first_pid} (observer,")),
         "{text}"
+    );
+}
+
+/// `doctor --json` with `programs` treated as refused by the verifier (the
+/// fault a kernel lacking what they use causes): (exit code, report).
+fn doctor_refusing(programs: &str) -> (i32, Value) {
+    let out = Command::new(observer_bin())
+        .args(["doctor", "--json"])
+        .env("OBSERVER_REFUSE_PROGRAMS", programs)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text}{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn feature_state(v: &Value, f: &str) -> String {
+    v["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x[0] == f)
+        .map(|x| x[1]["state"].as_str().unwrap().to_owned())
+        .unwrap()
+}
+
+/// A program the kernel refuses costs only its own feature, and a TLS
+/// library's program only that library: a refused rustls program (6.1
+/// refused one) leaves OpenSSL and GnuTLS probed and every other feature
+/// on; a refused packet program (6.1 and 6.12 refused packets_egress)
+/// takes plain HTTP and wire DNS, not TLS or the library lookups. Each
+/// time the verdict is `degraded` (exit 3) and names what is off; and a
+/// curl over TLS under the first is still recorded with its handshake.
+#[test]
+fn a_refused_program_costs_only_its_own_feature() {
+    let Some(_serial) = begin("refused_program", &["curl", "openssl", "python3"]) else {
+        return;
+    };
+    let (code, v) = doctor_refusing("rustls_write_to");
+    assert_eq!(code, 3, "{v:#}");
+    assert_eq!(v["verdict"]["verdict"], "degraded", "{}", v["verdict"]);
+    let why = v["verdict"]["why"].to_string();
+    assert!(
+        why.contains("TLS plaintext timing degraded: rustls off: loading rustls_write_to: refused"),
+        "{why}"
+    );
+    let program = |v: &Value, name: &str| {
+        v["programs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["program"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(program(&v, "rustls_write_to")["status"], "failed");
+    for f in [
+        "connections",
+        "tls_handshakes",
+        "dns_library",
+        "dns_wire",
+        "http_plain",
+    ] {
+        assert_eq!(feature_state(&v, f), "on", "{f}: {:#}", v["features"]);
+    }
+    assert_eq!(feature_state(&v, "tls_plaintext"), "degraded");
+    let files = v["tls"]["files"].as_array().unwrap();
+    for lib in ["openssl", "gnutls"] {
+        assert!(
+            files
+                .iter()
+                .any(|f| f["library"] == lib && f["probes"].as_u64() >= Some(4)),
+            "{lib} not probed: {files:#?}"
+        );
+    }
+
+    let (code, v) = doctor_refusing("packets_egress");
+    assert_eq!(code, 3, "{v:#}");
+    for (f, want) in [
+        ("connections", "degraded"),
+        ("tls_handshakes", "on"),
+        ("tls_plaintext", "on"),
+        ("dns_library", "on"),
+        ("dns_wire", "off"),
+        ("http_plain", "off"),
+    ] {
+        assert_eq!(feature_state(&v, f), want, "{f}: {:#}", v["features"]);
+    }
+
+    // As `watch` runs it: a fresh curl's HTTPS call still has its TLS.
+    let cert = Cert::new();
+    let server = tls_server(&cert, "tls", 50, 0);
+    let port = server.port.to_string();
+    let w = Watch::start_with_env(
+        &["--port", &port],
+        &[("OBSERVER_REFUSE_PROGRAMS", "rustls_write_to")],
+    );
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{local_port}", "--resolve"])
+        .arg(format!("tls.test:{port}:127.0.0.1"))
+        .arg(format!("https://tls.test:{port}/"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let local: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let seen = w.stop();
+    let r = seen
+        .records
+        .iter()
+        .find(|r| r["local_port"] == local && r["comm"] == "curl")
+        .unwrap_or_else(|| panic!("no record of curl's connection: {:#?}", seen.records));
+    assert_eq!(r["tls"]["library"], "openssl", "{r:#}");
+    assert!(
+        r["tls"]["handshake_ns"].as_u64() >= Some(50_000_000),
+        "{r:#}"
     );
 }

@@ -13,8 +13,8 @@ use observer_common::{
     tls::{go::FD_WALK_GLOBAL, BUSY_CALLS_GLOBAL, RATE_WINDOW_NS, TLS_CONNS_MAP},
     tracepoints, Conn, Counter, TlsConn, CONNS_MAP, COUNTERS_MAP, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RING_BYTES, DNS_WIRE_GLOBAL, EMIT_AT_DESTROY_GLOBAL, EVENTS_MAP, OWN_TGID_GLOBAL,
-    SK_ERR_OFFSET_GLOBAL, SK_LOCK_OWNED_OFFSET_GLOBAL, SOCK_TUPLE_GLOBAL, SRTT_US_OFFSET_GLOBAL,
-    TCP_COUNTERS_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    SKB_TASK_GLOBAL, SK_ERR_OFFSET_GLOBAL, SK_LOCK_OWNED_OFFSET_GLOBAL, SOCK_TUPLE_GLOBAL,
+    SRTT_US_OFFSET_GLOBAL, TASK_IDS_GLOBAL, TCP_COUNTERS_GLOBAL, WAKEUP_BYTES_GLOBAL,
 };
 
 use crate::tracefs::Described;
@@ -82,6 +82,10 @@ pub struct Loaded {
     pub ebpf: Ebpf,
     /// Records go out when the socket is destroyed (tcp:tcp_destroy_sock).
     pub emit_at_destroy: bool,
+    /// How the packet programs know the task here: the helpers they may
+    /// call (`observer_common::SKB_TASK_*`), and `kernel_probe::TASK_STRUCT`
+    /// where they read it from the task's own fields.
+    pub skb_task: u32,
     /// Where `sk_err` and `srtt_us` sit in the kernel's socket structs, or why
     /// that is unknown (then "timeout"/"unreachable" errors and RTTs are lost).
     pub offsets: Result<crate::btf::KernelOffsets, crate::btf::OffsetsError>,
@@ -123,6 +127,8 @@ pub fn load(
     // ~13 ms, well inside the ring even if the poll timer is late.
     let wakeup = u64::from(opts.ring_bytes / 8);
     let busy_calls = busy_calls_per_window(opts.tls_busy_rate);
+    let skb_task = super::kernel_probe::skb_task_helpers();
+    let task_ids = offsets.as_ref().map(|o| o.task_ids).unwrap_or_default();
     let ebpf = EbpfLoader::new()
         // Our programs carry no CO-RE relocations (offsets come from our own
         // BTF reader), so aya needs no kernel BTF kept around.
@@ -139,6 +145,8 @@ pub fn load(
         .override_global(EMIT_AT_DESTROY_GLOBAL, &u32::from(emit_at_destroy), true)
         .override_global(BUSY_CALLS_GLOBAL, &busy_calls, true)
         .override_global(DNS_WIRE_GLOBAL, &u32::from(dns_wire), true)
+        .override_global(SKB_TASK_GLOBAL, &skb_task, true)
+        .override_global(TASK_IDS_GLOBAL, &task_ids, true)
         .map_max_entries(CONNS_MAP, opts.max_connections)
         .map_max_entries(EVENTS_MAP, opts.ring_bytes)
         .load(OBJECT)?;
@@ -146,9 +154,15 @@ pub fn load(
     // them back to the system so a long-running observer stays small.
     // SAFETY: malloc_trim only releases free memory.
     unsafe { libc::malloc_trim(0) };
+    let task_struct = if task_ids.tgid != 0 && task_ids.comm != 0 {
+        super::kernel_probe::TASK_STRUCT
+    } else {
+        0
+    };
     Ok(Loaded {
         ebpf,
         emit_at_destroy,
+        skb_task: skb_task | task_struct,
         offsets,
     })
 }

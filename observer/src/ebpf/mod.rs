@@ -1,5 +1,6 @@
 //! Loading the eBPF object and attaching its programs.
 
+pub mod kernel_probe;
 mod loader;
 mod probes;
 pub mod prog_stats;

@@ -64,6 +64,10 @@ pub enum ProbeError {
         #[source]
         source: ProgramError,
     },
+    /// Refused on request (`OBSERVER_REFUSE_PROGRAMS`): the fault a test
+    /// injects to show what a kernel's refusal of this program costs.
+    #[error("loading {program}: refused on request (OBSERVER_REFUSE_PROGRAMS)")]
+    Refused { program: &'static str },
     /// The kernel refused a uprobe-multi link.
     #[error("attaching {program} to {target}")]
     Link {
@@ -110,7 +114,7 @@ impl ProbeError {
             (ProbeError::Load { .. }, Some(libc::EACCES))
                 if self.verifier_log().is_some_and(|l| l.contains("processed")) =>
             {
-                Some("the kernel's verifier refused it: `observer doctor --verbose` shows its log")
+                Some("`observer doctor --verbose` shows the verifier's log")
             }
             (ProbeError::Load { .. }, Some(libc::EPERM | libc::EACCES)) => {
                 Some("needs root, or CAP_BPF and CAP_PERFMON")
@@ -139,9 +143,13 @@ pub fn chain(e: &ProbeError) -> String {
         // aya's LoadError prints the whole verifier log: that is for
         // `doctor --verbose`, not for one line.
         let text = match c.downcast_ref::<ProgramError>() {
-            Some(ProgramError::LoadError { io_error, .. }) => {
-                format!("the BPF_PROG_LOAD syscall returned {io_error}")
-            }
+            Some(ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            }) => match verifier_reason(&verifier_log.to_string()) {
+                Some(why) => format!("the verifier refused it: {why}"),
+                None => format!("the BPF_PROG_LOAD syscall returned {io_error}"),
+            },
             _ => c.to_string(),
         };
         if !s.ends_with(&text) {
@@ -162,6 +170,55 @@ pub fn chain(e: &ProbeError) -> String {
         s.push(')');
     }
     s
+}
+
+/// The verifier's reason, short: the instruction it stopped at and its
+/// message ("insn 123: unknown func bpf_get_current_pid_tgid#14"), from the
+/// log's last lines (the statistics after the message left out). None when
+/// the log holds no message (a refusal for privileges).
+pub fn verifier_reason(log: &str) -> Option<String> {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let stats = |l: &str| {
+        l.starts_with("processed ")
+            || l.starts_with("verification time")
+            || l.starts_with("stack depth")
+            || l.starts_with("-- END PROG LOAD LOG --")
+    };
+    let end = lines.iter().rposition(|l| !stats(l))?;
+    let message = lines[end];
+    let insn = lines[..end].iter().rev().find_map(|l| {
+        let (n, rest) = l.split_once(": ")?;
+        (!rest.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(n)
+    });
+    let lacks = helper_lacked(message).map_or(String::new(), |h| format!(" ({h})"));
+    Some(match insn {
+        Some(n) => format!("insn {n}: {message}{lacks}"),
+        None => format!("{message}{lacks}"),
+    })
+}
+
+/// The kernel feature a refusal for a helper call names, for the helpers
+/// whose absence older kernels show ("invalid func unknown#174").
+fn helper_lacked(message: &str) -> Option<&'static str> {
+    let id: u32 = message
+        .strip_prefix("invalid func unknown#")
+        .or_else(|| message.strip_prefix("unknown func "))
+        .or_else(|| message.strip_prefix("program of this type cannot use helper "))?
+        .rsplit('#')
+        .next()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(match id {
+        174 => "this kernel lacks bpf_get_attach_cookie: Linux 5.15+",
+        14 => "this program type may not call bpf_get_current_pid_tgid before Linux 6.10",
+        16 => "this program type may not call bpf_get_current_comm on this kernel",
+        _ => return None,
+    })
 }
 
 /// What became of one program.
@@ -212,7 +269,14 @@ pub struct Probes {
     loaded_multi: BTreeSet<&'static str>,
     links: HashMap<u64, uprobe_multi::Link>,
     next_link: u64,
+    /// Programs to treat as refused by the kernel (a test's fault).
+    refuse: BTreeSet<String>,
 }
+
+/// Names programs the observer must treat as refused by the verifier, comma
+/// separated: a test shows with it that a kernel's refusal of one program
+/// costs only its own feature (tests/tests/cli.rs). Never set in service.
+pub const REFUSE_ENV: &str = "OBSERVER_REFUSE_PROGRAMS";
 
 fn row(name: &'static str) -> Result<&'static Program, ProbeError> {
     programs::get(name).ok_or(ProbeError::NotInObject(name))
@@ -243,6 +307,12 @@ impl Probes {
             loaded_multi: BTreeSet::new(),
             links: HashMap::new(),
             next_link: 0,
+            refuse: std::env::var(REFUSE_ENV)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
         }
     }
 
@@ -345,6 +415,9 @@ impl Probes {
     }
 
     fn load_inner(&mut self, name: &'static str) -> Result<(), ProbeError> {
+        if self.refuse.contains(name) {
+            return Err(ProbeError::Refused { program: name });
+        }
         let load = |source| ProbeError::Load {
             program: name,
             source,
@@ -364,6 +437,18 @@ impl Probes {
             Hook::CgroupSkb { .. } => typed::<CgroupSkb>(ebpf, name)?.load().map_err(load),
             Hook::CgroupSockRelease => typed::<CgroupSock>(ebpf, name)?.load().map_err(load),
         }
+    }
+
+    /// Why `lib`'s programs of `feature` cannot go on: the first of them the
+    /// kernel refused ("program: reason"). None when all loaded (or were
+    /// never tried).
+    pub fn refusal(&self, feature: programs::Feature, lib: programs::Library) -> Option<String> {
+        programs::of(feature)
+            .filter(|p| p.probes_library(lib))
+            .find_map(|p| {
+                let s = self.states.get(p.name)?;
+                (!s.loaded && !s.errors.is_empty()).then(|| s.errors[0].clone())
+            })
     }
 
     /// Loads every program of a feature; the first error, if any.
@@ -643,5 +728,42 @@ impl Drop for Probes {
     /// grace period of its own.
     fn drop(&mut self) {
         self.close_uprobe_links();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verifier_reason;
+
+    #[test]
+    fn the_verifier_reason_is_the_instruction_and_the_message() {
+        // As Debian 12's 6.1 refused a packet program.
+        let log = "0: R1=ctx(off=0,imm=0) R10=fp0\n\
+                   ; let pid_tgid = bpf_get_current_pid_tgid();\n\
+                   57: (85) call bpf_get_current_pid_tgid#14\n\
+                   unknown func bpf_get_current_pid_tgid#14\n\
+                   processed 57 insns (limit 1000000) max_states_per_insn 0 total_states 3\n";
+        assert_eq!(
+            verifier_reason(log).as_deref(),
+            Some(
+                "insn 57: unknown func bpf_get_current_pid_tgid#14 (this program type may not call \
+                 bpf_get_current_pid_tgid before Linux 6.10)"
+            )
+        );
+        let log = "123: (85) call bpf_probe_read_user#112\n\
+                   R2 min value is negative, either use unsigned or 'var &= const'\n\
+                   processed 9 insns (limit 1000000)\n\
+                   verification time 12 usec\n\
+                   stack depth 0\n";
+        assert_eq!(
+            verifier_reason(log).as_deref(),
+            Some("insn 123: R2 min value is negative, either use unsigned or 'var &= const'")
+        );
+        assert_eq!(
+            verifier_reason("2: (85) call unknown#174\ninvalid func unknown#174\n").as_deref(),
+            Some("insn 2: invalid func unknown#174 (this kernel lacks bpf_get_attach_cookie: Linux 5.15+)")
+        );
+        assert_eq!(verifier_reason("").as_deref(), None);
+        assert_eq!(verifier_reason("\n  \n").as_deref(), None);
     }
 }

@@ -67,8 +67,14 @@ impl Attached {
     }
 
     /// A program's outcome counts against every feature it serves.
+    /// A TLS library's uprobe counts against that library only (asked of
+    /// the probes per library), so that, say, a refused rustls program
+    /// leaves OpenSSL, GnuTLS and Go on.
     fn note(&mut self, p: &Program, r: Result<(), AttachError>) {
         let Err(e) = r else { return };
+        if p.per_tls_library() {
+            return;
+        }
         let e = e.to_string();
         for f in [Some(p.feature), p.also].into_iter().flatten() {
             self.missing.entry(f).or_insert_with(|| e.clone());

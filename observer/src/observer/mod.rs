@@ -17,7 +17,7 @@ use crate::{
     btf::{KernelOffsets, OffsetsError},
     dns::{self, DnsReport, ResolverFileReport},
     ebpf::{self, LoadError, LoadOptions, Probes, ProgramState},
-    features::{Features, State},
+    features::{Features, State, Verdict},
     gpu,
     privileges::Privileges,
     programs::{self, Feature, Program},
@@ -51,6 +51,8 @@ pub struct Observer {
     pub described: Described,
     pub offsets: Result<KernelOffsets, OffsetsError>,
     pub emit_at_destroy: bool,
+    /// The task helpers the packet programs may call on this kernel.
+    pub skb_task: u32,
     pub options: Options,
 }
 
@@ -123,6 +125,7 @@ impl Observer {
             described,
             offsets: loaded.offsets,
             emit_at_destroy: loaded.emit_at_destroy,
+            skb_task: loaded.skb_task,
             options,
         })
     }
@@ -131,6 +134,31 @@ impl Observer {
     /// tcp_destroy_sock (the kernel has it), that one is required too.
     pub fn verdict(&self) -> Result<(), LoadError> {
         verdict(&self.probes, self.emit_at_destroy)
+    }
+
+    /// The features a user expects on: every one by default, less what a
+    /// flag turned off; GPU only when an NVML library was named (most hosts
+    /// have no GPU).
+    pub fn expected_features(&self) -> Vec<Feature> {
+        let o = &self.options;
+        Feature::ALL
+            .into_iter()
+            .filter(|f| match f {
+                Feature::TlsPlaintext => o.tls.policy != tls::Policy::Off,
+                Feature::DnsWire => o.dns_wire,
+                Feature::Gpu => o.nvml_lib.is_some(),
+                _ => true,
+            })
+            .collect()
+    }
+
+    /// `doctor`'s verdict and the `ready` line's: unusable without a
+    /// required program, degraded while an expected feature is not on.
+    pub fn overall(&self) -> Verdict {
+        match self.verdict() {
+            Err(e) => Verdict::Unusable(e.to_string()),
+            Ok(()) => self.features().verdict(&self.expected_features()),
+        }
     }
 
     /// Every feature's state now.
@@ -147,6 +175,7 @@ impl Observer {
                 .map_err(ToString::to_string),
             options: &self.options,
             emit_at_destroy: self.emit_at_destroy,
+            skb_task: self.skb_task,
         };
         view.features()
     }
@@ -165,10 +194,11 @@ impl Observer {
     /// The line `watch` and `run` print once every probe is attached.
     pub fn ready_line(&self) -> String {
         format!(
-            "ready: observer pid {}, tracking up to {} connections; {}",
+            "ready: observer pid {}, tracking up to {} connections; {}; verdict: {}",
             std::process::id(),
             self.options.load.max_connections,
-            self.features().line()
+            self.features().line(),
+            self.overall().line()
         )
     }
 }
@@ -267,6 +297,7 @@ pub struct View<'a> {
     pub gpus: Result<u32, String>,
     pub options: &'a Options,
     pub emit_at_destroy: bool,
+    pub skb_task: u32,
 }
 
 impl View<'_> {
@@ -281,7 +312,12 @@ impl View<'_> {
                         Feature::TlsPlaintext => self.tls_plaintext(),
                         Feature::DnsLibrary => self.dns_library(),
                         Feature::DnsWire => match (&self.dns.wire_probed, &self.dns.wire_error) {
-                            (Some(w), _) => State::On(w.clone()),
+                            (Some(w), _) => match ebpf::kernel_probe::task_lost(self.skb_task) {
+                                Some(lost) => State::Degraded(format!(
+                                    "{w}; senders of queries over UDP unknown: {lost}"
+                                )),
+                                None => State::On(w.clone()),
+                            },
                             (None, e) => State::Off(e.clone().unwrap_or_default()),
                         },
                         Feature::HttpPlain => match self.http_plain {
@@ -314,6 +350,7 @@ impl View<'_> {
         rows.retain(|(p, _)| {
             p.hook.attaches() && !(programs::is_stand_in(p.name) && on(programs::CONNECTIONS))
         });
+
         let attached = rows.iter().filter(|(_, s)| s.attached > 0).count();
         let mut missing: Vec<String> = rows
             .iter()
@@ -334,6 +371,8 @@ impl View<'_> {
             missing.push(
                 "first bytes and inbound owners lost: the packet programs are not attached".into(),
             );
+        } else if let Some(lost) = ebpf::kernel_probe::task_lost(self.skb_task) {
+            missing.push(format!("inbound owners lost: {lost}"));
         }
         let counts = format!("{attached}/{} programs attached", rows.len());
         if let Err(e) = verdict(self.probes, self.emit_at_destroy) {
@@ -345,10 +384,38 @@ impl View<'_> {
         }
     }
 
+    /// "rustls off: why" for each TLS library whose programs of `f` the
+    /// kernel refused.
+    fn libraries_refused(&self, f: Feature) -> Vec<String> {
+        programs::TLS_LIBRARIES
+            .iter()
+            .filter_map(|&l| Some(format!("{} off: {}", l.label(), self.probes.refusal(f, l)?)))
+            .collect()
+    }
+
     fn tls_handshakes(&self) -> State {
         if let Some(e) = &self.tls.programs_error {
             return State::Off(e.clone());
         }
+        let refused = self.libraries_refused(Feature::TlsHandshakes);
+        if refused.len() == programs::TLS_LIBRARIES.len() {
+            return State::Off(refused.join("; "));
+        }
+        match self.tls_handshakes_probed() {
+            State::On(d) if !refused.is_empty() => {
+                State::Degraded(format!("{}; {d}", refused.join("; ")))
+            }
+            State::Degraded(d) if !refused.is_empty() => {
+                State::Degraded(format!("{}; {d}", refused.join("; ")))
+            }
+            // The libraries found are those refused.
+            State::Off(_) if !refused.is_empty() => State::Off(refused.join("; ")),
+            s => s,
+        }
+    }
+
+    /// The handshake state from the files probed.
+    fn tls_handshakes_probed(&self) -> State {
         let probed: Vec<String> = self
             .tls
             .files
@@ -386,7 +453,15 @@ impl View<'_> {
         }
         let rows = self.rows(Feature::TlsPlaintext);
         let attached: u64 = rows.iter().map(|(_, s)| s.attached).sum();
-        let failed = rows.iter().find_map(|(_, s)| s.errors.first());
+        // A program the kernel refused is said per library, below.
+        let failed = rows
+            .iter()
+            .filter(|(_, s)| s.loaded)
+            .find_map(|(_, s)| s.errors.first());
+        let refused = self.libraries_refused(Feature::TlsPlaintext);
+        if refused.len() == programs::TLS_LIBRARIES.len() {
+            return State::Off(refused.join("; "));
+        }
         let how = match policy {
             tls::Policy::All => "all processes".to_owned(),
             _ => format!(
@@ -394,9 +469,11 @@ impl View<'_> {
                 self.options.tls.max_rate
             ),
         };
+        let refused = refused.join("; ");
         match (attached, failed) {
             (0, Some(e)) => State::Off(format!("per-call probes failed: {e}")),
             (_, Some(e)) => State::Degraded(format!("{how}; some per-call probes failed: {e}")),
+            (_, None) if !refused.is_empty() => State::Degraded(format!("{refused}; {how}")),
             (_, None) => State::On(how),
         }
     }

@@ -102,6 +102,7 @@ struct Remains {
     resolver_files: Arc<Mutex<Vec<ResolverFileReport>>>,
     gpu_devices: Result<u32, String>,
     emit_at_destroy: bool,
+    skb_task: u32,
     options: super::Options,
 }
 
@@ -126,6 +127,7 @@ impl Observer {
             resolver_files,
             gpus,
             emit_at_destroy,
+            skb_task,
             options,
             ..
         } = self;
@@ -188,6 +190,7 @@ impl Observer {
             resolver_files,
             gpu_devices,
             emit_at_destroy,
+            skb_task,
             options,
         };
         Ok((running, remains))
@@ -232,6 +235,7 @@ impl Running {
             gpus: remains.gpu_devices.clone(),
             options: &remains.options,
             emit_at_destroy: remains.emit_at_destroy,
+            skb_task: remains.skb_task,
         }
         .features();
         let parts = summary::Parts {

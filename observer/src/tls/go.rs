@@ -116,6 +116,16 @@ impl GoFiles {
             offsets_from: Some(image.offsets_from),
             not_probed: None,
         };
+        if let Some(why) = probes.refusal(Feature::TlsHandshakes, Library::Go) {
+            report.not_probed = Some(format!("the kernel refused its programs: {why}"));
+            return Some(GoConsidered {
+                report,
+                compiled: CompiledIn {
+                    file: Some(file),
+                    ..CompiledIn::default()
+                },
+            });
+        }
         let index = match self.register(&image) {
             Ok(index) => index,
             Err(why) => {
@@ -156,7 +166,10 @@ impl GoFiles {
             report,
             compiled: CompiledIn {
                 file: Some(file),
-                plaintext: sites(&image, Feature::TlsPlaintext, base),
+                plaintext: match probes.refusal(Feature::TlsPlaintext, Library::Go) {
+                    None => sites(&image, Feature::TlsPlaintext, base),
+                    Some(_) => Vec::new(),
+                },
                 handshake,
                 go_index: Some(index),
             },

@@ -162,15 +162,19 @@ fn call_rate(calls: u64, span: Duration) -> Option<f64> {
 /// runtimes load more later; look again.
 const EXEC_SCANS: [Duration; 2] = [Duration::from_millis(50), Duration::from_secs(1)];
 
-/// The table's uprobes of `feature` found in a TLS library's image, the
-/// library's kind their cookie.
-fn sites(image: &TlsImage, feature: Feature) -> Vec<ProbeSite> {
-    let kind = if image.library == library::GNUTLS {
+/// The program table's name for a TLS library's kind.
+fn kind(image: &TlsImage) -> Library {
+    if image.library == library::GNUTLS {
         Library::GnuTls
     } else {
         Library::OpenSsl
-    };
-    programs::uprobe_sites(feature, kind)
+    }
+}
+
+/// The table's uprobes of `feature` found in a TLS library's image, the
+/// library's kind their cookie.
+fn sites(image: &TlsImage, feature: Feature) -> Vec<ProbeSite> {
+    programs::uprobe_sites(feature, kind(image))
         .into_iter()
         .filter_map(|hook: UprobeSite| {
             Some(ProbeSite {
@@ -434,6 +438,14 @@ impl TlsProbes {
             }
         };
         let mut report = TlsFileReport::new(shown, image.library, id);
+        if let Some(why) = probes.refusal(Feature::TlsHandshakes, kind(&image)) {
+            // Its library's programs were refused: nothing of it can go on
+            // (the other libraries' can).
+            report.errors.push(why);
+            self.report.files.push(report);
+            self.files.insert(id, None);
+            return;
+        }
         let mut handshake = Vec::new();
         for site in sites(&image, Feature::TlsHandshakes) {
             match site.attach_all(probes, &pinned.path()) {
@@ -454,7 +466,10 @@ impl TlsProbes {
             report.probes
         );
         self.report.files.push(report);
-        let plaintext_sites = sites(&image, Feature::TlsPlaintext);
+        let plaintext_sites = match probes.refusal(Feature::TlsPlaintext, kind(&image)) {
+            None => sites(&image, Feature::TlsPlaintext),
+            Some(_) => Vec::new(),
+        };
         self.add_file(probes, pinned, path, plaintext_sites, false);
         if let Some(Some(file)) = self.files.get_mut(&id) {
             file.handshake = handshake;

@@ -54,6 +54,20 @@ pub fn consider(
         }
     };
     let mut file = TlsFileReport::new(shown, library::RUSTLS, id);
+    if let Some(why) = probes.refusal(Feature::TlsHandshakes, Library::Rustls) {
+        return Some(RustlsConsidered {
+            report: RustlsExecutableReport {
+                path: shown.to_owned(),
+                probes: 0,
+                mangling: Some(image.mangling),
+                not_probed: Some(format!("the kernel refused its programs: {why}")),
+            },
+            compiled: CompiledIn {
+                file: Some(file),
+                ..CompiledIn::default()
+            },
+        });
+    }
     let mut handshake = Vec::new();
     for site in sites(&image, Feature::TlsHandshakes) {
         match site.attach_all(probes, path) {
@@ -82,7 +96,10 @@ pub fn consider(
         },
         compiled: CompiledIn {
             file: Some(file),
-            plaintext: sites(&image, Feature::TlsPlaintext),
+            plaintext: match probes.refusal(Feature::TlsPlaintext, Library::Rustls) {
+                None => sites(&image, Feature::TlsPlaintext),
+                Some(_) => Vec::new(),
+            },
             handshake,
             go_index: None,
         },
