@@ -1005,3 +1005,21 @@ mod schema_tests {
         }
     }
 }
+
+/// A feature's state ("on", "degraded", "off") in `doctor --json`'s report.
+pub fn doctor_feature(v: &Value, feature: &str) -> String {
+    v["features"]
+        .as_array()
+        .and_then(|fs| fs.iter().find(|x| x[0] == feature))
+        .and_then(|x| x[1]["state"].as_str())
+        .unwrap_or_else(|| panic!("no feature {feature}: {:#}", v["features"]))
+        .to_owned()
+}
+
+/// A program's row in `doctor --json`'s report.
+pub fn doctor_program<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["programs"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["program"] == name))
+        .unwrap_or_else(|| panic!("no program {name} in doctor's report"))
+}

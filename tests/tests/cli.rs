@@ -291,34 +291,24 @@ fn under_reduced_privileges_each_feature_says_whether_it_works() {
     assert_eq!(v["ok"], true);
     assert_eq!(v["verdict"]["verdict"], "degraded", "{}", v["verdict"]);
     let why = v["verdict"]["why"].to_string();
-    for off in ["connections degraded", "DNS wire off", "plain HTTP requests off"] {
+    for off in [
+        "connections degraded",
+        "DNS wire off",
+        "plain HTTP requests off",
+    ] {
         assert!(why.contains(off), "{off}: {why}");
     }
-    let state = |f: &str| {
-        v["features"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x[0] == f)
-            .map(|x| x[1]["state"].clone())
-            .unwrap()
-    };
-    assert_eq!(state("connections"), "degraded");
-    assert_eq!(state("tls_handshakes"), "on");
-    assert_eq!(state("dns_library"), "on");
-    assert_eq!(state("dns_wire"), "off");
-    assert_eq!(state("http_plain"), "off");
-    let program = |name: &str| {
-        v["programs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["program"] == name)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(program("getaddrinfo")["status"], "attached");
-    let failed = program("dns_sock_release");
+    for (f, want) in [
+        ("connections", "degraded"),
+        ("tls_handshakes", "on"),
+        ("dns_library", "on"),
+        ("dns_wire", "off"),
+        ("http_plain", "off"),
+    ] {
+        assert_eq!(doctor_feature(&v, f), want, "{f}");
+    }
+    assert_eq!(doctor_program(&v, "getaddrinfo")["status"], "attached");
+    let failed = doctor_program(&v, "dns_sock_release");
     assert_eq!(failed["status"], "failed", "{failed}");
     // With CAP_BPF and CAP_PERFMON only, tracefs (mounted, root's) cannot
     // be read: said as that, not as "not mounted", in one warning; the rest
@@ -408,16 +398,6 @@ fn doctor_refusing(programs: &str) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), v)
 }
 
-fn feature_state(v: &Value, f: &str) -> String {
-    v["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x[0] == f)
-        .map(|x| x[1]["state"].as_str().unwrap().to_owned())
-        .unwrap()
-}
-
 /// A program the kernel refuses costs only its own feature, and a TLS
 /// library's program only that library: a refused rustls program (6.1
 /// refused one) leaves OpenSSL and GnuTLS probed and every other feature
@@ -438,16 +418,7 @@ fn a_refused_program_costs_only_its_own_feature() {
         why.contains("TLS plaintext timing degraded: rustls off: loading rustls_write_to: refused"),
         "{why}"
     );
-    let program = |v: &Value, name: &str| {
-        v["programs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["program"] == name)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(program(&v, "rustls_write_to")["status"], "failed");
+    assert_eq!(doctor_program(&v, "rustls_write_to")["status"], "failed");
     for f in [
         "connections",
         "tls_handshakes",
@@ -455,9 +426,9 @@ fn a_refused_program_costs_only_its_own_feature() {
         "dns_wire",
         "http_plain",
     ] {
-        assert_eq!(feature_state(&v, f), "on", "{f}: {:#}", v["features"]);
+        assert_eq!(doctor_feature(&v, f), "on", "{f}: {:#}", v["features"]);
     }
-    assert_eq!(feature_state(&v, "tls_plaintext"), "degraded");
+    assert_eq!(doctor_feature(&v, "tls_plaintext"), "degraded");
     let files = v["tls"]["files"].as_array().unwrap();
     for lib in ["openssl", "gnutls"] {
         assert!(
@@ -478,7 +449,7 @@ fn a_refused_program_costs_only_its_own_feature() {
         ("dns_wire", "off"),
         ("http_plain", "off"),
     ] {
-        assert_eq!(feature_state(&v, f), want, "{f}: {:#}", v["features"]);
+        assert_eq!(doctor_feature(&v, f), want, "{f}: {:#}", v["features"]);
     }
 
     // As `watch` runs it: a fresh curl's HTTPS call still has its TLS.

@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | build | run | test | fuzz | image | imports`.
+//! Project tasks: `cargo xtask setup | build | run | test | fuzz | image | imports | vmtest`.
 //!
 //! `build`, `run` and `test` call `setup` first, so a fresh machine of this kind
 //! needs nothing but these commands. xtask orchestrates; the eBPF object itself
@@ -11,6 +11,7 @@ mod imports;
 mod long_fns;
 mod setup;
 mod test;
+mod vmtest;
 
 use std::process::Command;
 
@@ -74,6 +75,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run a command as root on stock Debian kernels (5.10, 6.1, 6.12) in
+    /// qemu, with this machine's root filesystem: `cargo xtask vmtest
+    /// --kernel 6.1 -- CMD`; by default uname and a BPF feature probe.
+    Vmtest(vmtest::VmtestArgs),
 }
 
 fn main() -> Result<()> {
@@ -124,6 +129,7 @@ fn main() -> Result<()> {
             setup::run()?;
             test::run(&args)
         }
+        Task::Vmtest(args) => vmtest::run(&args),
     }
 }
 

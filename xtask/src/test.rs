@@ -92,6 +92,65 @@ pub fn ensure_tools(tools: &[(&str, &str)]) -> Result<()> {
 
 pub fn run(args: &[String]) -> Result<()> {
     ensure_tools(TOOLS)?;
+    build_all()?;
+    let root = workspace_root()?;
+    let mut cmd = cargo();
+    // Every test binary runs even after one fails, so one run shows every
+    // failure (a flaky test elsewhere is not hidden behind the first).
+    cmd.args(["test", "--release", "--workspace", "--no-fail-fast"])
+        .args(args)
+        .envs(test_env(&root));
+    let tests = run_checked(&mut cmd).context("tests failed");
+    // The whole run (no test named): every parser of outside bytes under
+    // the fuzzer a little while too (after the tests, whose timings it would
+    // disturb), whatever they gave.
+    if !args.is_empty() {
+        return tests;
+    }
+    let fuzz = crate::fuzz::smoke(&root);
+    // Last, the kernel subset of the end-to-end tests on the long-term
+    // kernels people run, each booted in qemu (docs/testing.md).
+    let kernels = crate::vmtest::subset_in_test_run();
+    tests.and(fuzz).and(kernels)
+}
+
+/// What the end-to-end tests are told: the observer and the NVML stub built.
+pub fn test_env(root: &std::path::Path) -> [(&'static str, std::path::PathBuf); 2] {
+    [
+        ("OBSERVER_BIN", root.join("target/release/observer")),
+        ("NVML_STUB", root.join("target/release/libnvml_stub.so")),
+    ]
+}
+
+/// Builds what the test run uses, so `cargo test` builds nothing again.
+pub fn build_all() -> Result<()> {
+    run_checked(cargo().args(BUILD_ALL))
+}
+
+/// The path of the test binary `name` that [`build_all`] built (the one
+/// `cargo test` runs: asking `cargo test --no-run --test name` instead
+/// unifies other features and builds much of it again).
+pub fn built_test(name: &str) -> Result<std::path::PathBuf> {
+    let out = cargo()
+        .args(BUILD_ALL)
+        .arg("--message-format=json")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("cargo build")?;
+    anyhow::ensure!(out.status.success(), "cargo build failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| {
+            v["target"]["name"] == name
+                && v["profile"]["test"] == true
+                && v["executable"].is_string()
+        })
+        .and_then(|v| v["executable"].as_str().map(Into::into))
+        .ok_or_else(|| anyhow::anyhow!("no test binary {name} in cargo's output"))
+}
+
+const BUILD_ALL: &[&str] = &[
     // Every target at once, the observer's binary, the test build of NVML
     // the GPU tests load through --nvml-lib and the rustls tests' programs
     // among them: built with the features the test run unifies across the
@@ -102,32 +161,12 @@ pub fn run(args: &[String]) -> Result<()> {
     // observer-ebpf is left out: its program, built for the host, is also
     // named `observer` and would land on the daemon's target/release/observer
     // (its tests build it in the test run, where nothing else it uses does).
-    run_checked(cargo().args([
-        "build",
-        "--release",
-        "--workspace",
-        "--exclude",
-        "observer-ebpf",
-        "--lib",
-        "--bins",
-        "--tests",
-    ]))?;
-    let root = workspace_root()?;
-    let bin = root.join("target/release/observer");
-    let mut cmd = cargo();
-    // Every test binary runs even after one fails, so one run shows every
-    // failure (a flaky test elsewhere is not hidden behind the first).
-    cmd.args(["test", "--release", "--workspace", "--no-fail-fast"])
-        .args(args)
-        .env("OBSERVER_BIN", &bin)
-        .env("NVML_STUB", root.join("target/release/libnvml_stub.so"));
-    let tests = run_checked(&mut cmd).context("tests failed");
-    // The whole run (no test named): every parser of outside bytes under
-    // the fuzzer a little while too (after the tests, whose timings it would
-    // disturb), whatever they gave.
-    if !args.is_empty() {
-        return tests;
-    }
-    let fuzz = crate::fuzz::smoke(&root);
-    tests.and(fuzz)
-}
+    "build",
+    "--release",
+    "--workspace",
+    "--exclude",
+    "observer-ebpf",
+    "--lib",
+    "--bins",
+    "--tests",
+];
