@@ -371,14 +371,7 @@ impl ConnTable {
                 None
             }
             Event::DnsPacket(mut ev) => {
-                if ev.comm[0] == 0 && ev.pid != 0 {
-                    // A kernel whose packet programs may not ask for the
-                    // task's name: the process's, from its pid.
-                    if let Some(c) = &self.procs.get(ev.pid).comm {
-                        let n = c.len().min(15);
-                        ev.comm[..n].copy_from_slice(&c.as_bytes()[..n]);
-                    }
-                }
+                self.name_sender(&mut ev);
                 for r in self.wire.packet(&ev, &self.clock) {
                     self.add_lookup(r);
                 }
@@ -426,6 +419,18 @@ impl ConnTable {
                 }
                 None
             }
+        }
+    }
+
+    /// A query's sender without a name (a kernel whose packet programs may
+    /// not ask for it): the process's, from its pid.
+    fn name_sender(&mut self, ev: &mut observer_common::dns::DnsPacketEvent) {
+        if ev.comm[0] != 0 || ev.pid == 0 {
+            return;
+        }
+        if let Some(c) = &self.procs.get(ev.pid).comm {
+            let n = c.len().min(15);
+            ev.comm[..n].copy_from_slice(&c.as_bytes()[..n]);
         }
     }
 

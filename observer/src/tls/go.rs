@@ -117,27 +117,12 @@ impl GoFiles {
             not_probed: None,
         };
         if let Some(why) = probes.refusal(Feature::TlsHandshakes, Library::Go) {
-            report.not_probed = Some(format!("the kernel refused its programs: {why}"));
-            return Some(GoConsidered {
-                report,
-                compiled: CompiledIn {
-                    file: Some(file),
-                    ..CompiledIn::default()
-                },
-            });
+            let why = format!("the kernel refused its programs: {why}");
+            return Some(not_probed(report, file, why));
         }
         let index = match self.register(&image) {
             Ok(index) => index,
-            Err(why) => {
-                report.not_probed = Some(why.to_string());
-                return Some(GoConsidered {
-                    report,
-                    compiled: CompiledIn {
-                        file: Some(file),
-                        ..CompiledIn::default()
-                    },
-                });
-            }
+            Err(why) => return Some(not_probed(report, file, why.to_string())),
         };
         let base = u64::from(library::GO) | (u64::from(index) << 16);
         let mut handshake = Vec::new();
@@ -248,4 +233,16 @@ pub fn listed<T>(list: &mut Vec<T>, r: T) -> bool {
     }
     list.push(r);
     true
+}
+
+/// A Go executable found but not probed, and why.
+fn not_probed(mut report: GoExecutableReport, file: TlsFileReport, why: String) -> GoConsidered {
+    report.not_probed = Some(why);
+    GoConsidered {
+        report,
+        compiled: CompiledIn {
+            file: Some(file),
+            ..CompiledIn::default()
+        },
+    }
 }
