@@ -1023,3 +1023,35 @@ pub fn doctor_program<'a>(v: &'a Value, name: &str) -> &'a Value {
         .and_then(|ps| ps.iter().find(|p| p["program"] == name))
         .unwrap_or_else(|| panic!("no program {name} in doctor's report"))
 }
+
+/// The one connection record between client port `client_port` and server
+/// port `server_port`, seen from `direction` ("outbound": the client's).
+pub fn conn<'a>(
+    out: &'a Watched,
+    direction: &str,
+    client_port: &Value,
+    server_port: u16,
+) -> &'a Value {
+    let (client_field, server_field) = if direction == "outbound" {
+        ("local_port", "remote_port")
+    } else {
+        ("remote_port", "local_port")
+    };
+    let v: Vec<&Value> = out
+        .records
+        .iter()
+        .filter(|r| {
+            r["kind"] == "connection"
+                && r["direction"] == direction
+                && &r[client_field] == client_port
+                && r[server_field] == server_port
+        })
+        .collect();
+    assert_eq!(
+        v.len(),
+        1,
+        "{direction} connection of client port {client_port} to {server_port}: {v:#?}\nall records: {:#?}",
+        out.records
+    );
+    v[0]
+}

@@ -54,33 +54,6 @@ fn owned_by(what: &str, r: &Value, pid: u32, comm: &str) {
     );
 }
 
-/// The one connection record between client port `client_port` and server
-/// port `server_port`, seen from `direction`.
-fn conn<'a>(out: &'a Watched, direction: &str, client_port: u64, server_port: u16) -> &'a Value {
-    let (client_field, server_field) = if direction == "outbound" {
-        ("local_port", "remote_port")
-    } else {
-        ("remote_port", "local_port")
-    };
-    let v: Vec<&Value> = out
-        .records
-        .iter()
-        .filter(|r| {
-            r["kind"] == "connection"
-                && r["direction"] == direction
-                && r[client_field] == client_port
-                && r[server_field] == server_port
-        })
-        .collect();
-    assert_eq!(
-        v.len(),
-        1,
-        "{direction} connection of client port {client_port} to {server_port}: {v:#?}\nall records: {:#?}",
-        out.records
-    );
-    v[0]
-}
-
 /// The one request record on the connection from `client_port`, seen from
 /// `direction`: an HTTP/1.1 GET of `path` answered 200, its first byte at
 /// least the injected wait after the request began, inside the request.
@@ -302,7 +275,7 @@ fn curl_over_http_and_https_to_a_server_started_first() {
 
     for (server, scheme, pid, lport) in runs {
         let what = format!("curl {scheme} (pid {pid}, port {lport})");
-        let c = conn(&out, "outbound", lport, server.port);
+        let c = conn(&out, "outbound", &json!(lport), server.port);
         owned_by(&what, c, pid, "curl");
         assert_eq!(c["exe"], "/usr/bin/curl", "{what}: {c:#}");
         assert_eq!(
@@ -311,7 +284,7 @@ fn curl_over_http_and_https_to_a_server_started_first() {
             "{what}: {c:#}"
         );
         sane_ms(&format!("{what} connect"), &c["connect_ns"], 0.0);
-        let s = conn(&out, "inbound", lport, server.port);
+        let s = conn(&out, "inbound", &json!(lport), server.port);
         let swhat = format!("the server's end of {what}");
         owned_by(&swhat, s, server.pid(), "python3");
         // The kernel's own counts, one end's sent the other's received.
@@ -466,11 +439,11 @@ fn python_node_and_go_tls_clients() {
             mine[0]["local_port"].as_u64().unwrap()
         });
         let what = format!("{who} (pid {pid}, port {lport})");
-        let c = conn(&out, "outbound", lport, server.port);
+        let c = conn(&out, "outbound", &json!(lport), server.port);
         owned_by(&what, c, pid, comm);
         tls_of(&what, c, library);
         assert_eq!(c["tls"]["server_name"], name, "{what}: {c:#}");
-        let s = conn(&out, "inbound", lport, server.port);
+        let s = conn(&out, "inbound", &json!(lport), server.port);
         let swhat = format!("the server's end of {what}");
         owned_by(&swhat, s, server.pid(), "python3");
         tls_of(&swhat, s, "openssl");

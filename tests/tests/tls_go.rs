@@ -171,33 +171,6 @@ fn held(out: &Watched) -> u64 {
         .unwrap_or(0)
 }
 
-/// The one connection record between client port `client_port` and the
-/// server's `server_port`, seen from `direction`.
-fn conn<'a>(out: &'a Watched, direction: &str, client_port: &Value, server_port: u16) -> &'a Value {
-    let (client_field, server_field) = if direction == "outbound" {
-        ("local_port", "remote_port")
-    } else {
-        ("remote_port", "local_port")
-    };
-    let v: Vec<&Value> = out
-        .records
-        .iter()
-        .filter(|r| {
-            r["kind"] == "connection"
-                && r["direction"] == direction
-                && &r[client_field] == client_port
-                && r[server_field] == server_port
-        })
-        .collect();
-    assert_eq!(
-        v.len(),
-        1,
-        "{direction} connection of client port {client_port}: {v:#?}\nall records: {:#?}",
-        out.records
-    );
-    v[0]
-}
-
 /// A connection's `tls` object as Go's probes give it, on either end: the
 /// library's own calls, TLS 1.3 (Go's default both ends), the server name
 /// the client sent (SNI), a handshake that completed.
