@@ -95,8 +95,25 @@ fn a_process_left_stopped_at_exec_is_resumed_at_start() {
     let Some(_serial) = begin("exec_hold_left_behind", &["python3"]) else {
         return;
     };
+    left_stopped_is_resumed_at_start("stopped_at_exec.py");
+}
+
+/// A multi-threaded process held at an mmap of a worker thread, its main
+/// thread in another call (as rustc's were, left stopped for good while
+/// only the main thread's call was looked at).
+#[test]
+fn a_process_left_stopped_in_a_threads_mmap_is_resumed_at_start() {
+    let Some(_serial) = begin("exec_hold_left_behind_mmap", &["python3"]) else {
+        return;
+    };
+    left_stopped_is_resumed_at_start("stopped_in_mmap.py");
+}
+
+/// The process `helper` leaves stopped where a hold stops one runs again
+/// once an observer has started.
+fn left_stopped_is_resumed_at_start(helper_name: &str) {
     let out = Command::new("python3")
-        .arg(helper("stopped_at_exec.py"))
+        .arg(helper(helper_name))
         .arg("30")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -105,22 +105,14 @@ impl Holds {
 
     /// A file looked at, as stat named it: its first processes pass.
     pub fn know_file(&mut self, id: FileId) {
-        self.know(ExeKey {
-            ino: id.1,
-            dev: kernel_dev(id.0),
-            _pad: 0,
-        });
+        self.know(exe_key(id));
     }
 
     /// A file whose processes must be held again: a Go executable made
     /// per process, whose new processes need probes of their own before
     /// they run.
     pub fn forget_file(&mut self, id: FileId) {
-        let _ = self.known.remove(&ExeKey {
-            ino: id.1,
-            dev: kernel_dev(id.0),
-            _pad: 0,
-        });
+        let _ = self.known.remove(&exe_key(id));
     }
 
     /// A file looked at, as the kernel named it.
@@ -147,9 +139,11 @@ pub fn resume(pid: u32) {
 }
 
 /// Resumes the processes a killed observer left held: stopped (state T,
-/// not traced) on their way out of execve or mmap, which is where a hold
-/// stops them and where nobody else's SIGSTOP lands short of a race with
-/// the call.
+/// not traced) with one of their threads on its way out of execve or mmap,
+/// which is where a hold stops them and where nobody else's SIGSTOP lands
+/// short of a race with the call. (A multi-threaded program is held at an
+/// mmap of any of its threads: rustc's were left stopped when only the main
+/// thread's call was looked at.)
 pub fn resume_left_behind(proc_root: &Path) -> u64 {
     let Ok(pids) = crate::libraries::discovery::running_pids(proc_root, std::process::id()) else {
         return 0;
@@ -159,7 +153,7 @@ pub fn resume_left_behind(proc_root: &Path) -> u64 {
         let dir = proc_root.join(pid.to_string());
         let stopped =
             std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| state_of(&s) == Some('T'));
-        if stopped && std::fs::read_to_string(dir.join("syscall")).is_ok_and(|s| in_held_call(&s)) {
+        if stopped && a_thread_in_held_call(&dir) {
             tracing::info!("exec hold: pid {pid} was left stopped at exec or mmap; resumed");
             resume(pid);
             resumed += 1;
@@ -181,12 +175,32 @@ const HELD_CALLS: &[&str] = &["221", "281", "222"];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const HELD_CALLS: &[&str] = &[];
 
+/// Whether a thread of the process at /proc/PID `dir` is in one of
+/// [`HELD_CALLS`].
+fn a_thread_in_held_call(dir: &Path) -> bool {
+    let held =
+        |task: &Path| std::fs::read_to_string(task.join("syscall")).is_ok_and(|s| in_held_call(&s));
+    match std::fs::read_dir(dir.join("task")) {
+        Ok(tasks) => tasks.flatten().any(|t| held(&t.path())),
+        Err(_) => held(dir),
+    }
+}
+
 /// /proc/PID/syscall of a task stopped in one of [`HELD_CALLS`].
 fn in_held_call(syscall: &str) -> bool {
     syscall
         .split_whitespace()
         .next()
         .is_some_and(|nr| HELD_CALLS.contains(&nr))
+}
+
+/// A file as stat named it, as the kernel names it (`ExeKey`).
+fn exe_key(id: FileId) -> ExeKey {
+    ExeKey {
+        ino: id.1,
+        dev: kernel_dev(id.0),
+        _pad: 0,
+    }
 }
 
 /// stat's st_dev to the kernel's dev_t (major << 20 | minor).
