@@ -319,8 +319,16 @@ pub struct RustlsThread {
 
 /// Go's crypto/tls: where the probes find what they read, per executable.
 pub mod go {
-    /// Hash: executable index (the attach cookie >> 8) -> [`GoOffsets`].
+    /// Hash: executable index (the attach cookie >> 16) -> [`GoOffsets`].
     pub const GO_OFFSETS_MAP: &str = "GO_OFFSETS";
+    /// Map inode number (u64) -> u32: a Go executable's index in
+    /// [`GO_OFFSETS_MAP`], for kernels whose uprobes carry no attach cookie
+    /// (before 5.15), where the programs find it by the task's executable.
+    /// By the inode number alone: the device a file is named by differs
+    /// between stat, /proc/PID/maps and the executable's own inode where it
+    /// lies on overlayfs over two filesystems or on a btrfs subvolume, its
+    /// inode number does not.
+    pub const GO_EXES_MAP: &str = "GO_EXES";
     /// Go executables probed at once.
     pub const MAX_GO_BINARIES: u32 = 256;
 

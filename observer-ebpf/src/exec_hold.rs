@@ -74,6 +74,23 @@ fn file_key(w: &ExeWalk, file: u64) -> Option<ExeKey> {
     Some(ExeKey { ino, dev, _pad: 0 })
 }
 
+/// The inode number of the current task's executable; None where BTF did
+/// not give the walk.
+#[inline(always)]
+pub fn current_exe_ino() -> Option<u64> {
+    // SAFETY: a load-time constant.
+    let w = unsafe { core::ptr::read_volatile(&EXE_WALK) };
+    if w.task_mm == 0 {
+        return None;
+    }
+    // SAFETY: a helper returning the current task's address.
+    let task = unsafe { bpf_get_current_task() };
+    let mm: u64 = kernel(task + u64::from(w.task_mm))?;
+    let file: u64 = kernel(mm + u64::from(w.mm_exe_file))?;
+    let inode: u64 = kernel(file + u64::from(w.file_inode))?;
+    kernel(inode + u64::from(w.inode_ino))
+}
+
 /// The walk, while holding is on (the manager keeps `HOLD_UNTIL` ahead of
 /// the clock): one array lookup when it is off.
 #[inline(always)]

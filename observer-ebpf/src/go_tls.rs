@@ -13,7 +13,10 @@
 //! the offsets (the Go structs' per executable, the kernel's from BTF).
 //!
 //! Attach cookie: the library id (bits 0-7), 1 in bits 8-15 on the RETs of
-//! the handshake functions, the executable's index from bit 16.
+//! the handshake functions, the executable's index from bit 16. Kernels
+//! before 5.15 give uprobes no cookie: there the `_by_exe` programs stand
+//! in, which find the executable's index by the inode number of the current
+//! task's executable (`GO_EXES`) and tell a handshake's RETs by program.
 
 use aya_ebpf::{
     bindings::pt_regs,
@@ -26,8 +29,9 @@ use observer_common::tls::{go::GoOffsets, library, op, TlsCallKey, TlsSession, T
 
 use crate::{
     ctx::now_ns,
+    exec_hold::current_exe_ino,
     fds::socket_of,
-    maps::{own_tgid, CONNS, GO_OFFSETS},
+    maps::{own_tgid, CONNS, GO_EXES, GO_OFFSETS},
     tls_state::{call_enter, handshake_exit, returning, rw_exit, set_server_name_bytes, tie},
 };
 
@@ -46,10 +50,24 @@ fn full_cookie(ctx: &ProbeContext) -> u64 {
     unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
 }
 
+/// Where a probe learns its executable's index.
+#[derive(Clone, Copy)]
+enum Exe {
+    /// In the attach cookie (bits 16 and up).
+    Cookie(u64),
+    /// By the current task's executable (no cookies on this kernel).
+    Current,
+}
+
 #[inline(always)]
-fn offsets(cookie: u64) -> Option<GoOffsets> {
+fn offsets(exe: Exe) -> Option<GoOffsets> {
+    let index = match exe {
+        Exe::Cookie(cookie) => (cookie >> 16) as u32,
+        // SAFETY: a copy out of a live map value.
+        Exe::Current => unsafe { *GO_EXES.get(&current_exe_ino()?)? },
+    };
     // SAFETY: a copy out of a live map value.
-    unsafe { GO_OFFSETS.get(&((cookie >> 16) as u32)).copied() }
+    unsafe { GO_OFFSETS.get(&index).copied() }
 }
 
 /// A goroutine's call; its handshake apart from its read or write (a Read
@@ -93,15 +111,14 @@ fn tie_to_socket(session: *mut TlsSession, c: u64, o: &GoOffsets) -> Option<()> 
 }
 
 #[inline(always)]
-fn enter(ctx: &ProbeContext, operation: u8) -> Option<()> {
+fn enter(ctx: &ProbeContext, operation: u8, exe: Exe) -> Option<()> {
     let r = regs(ctx);
     // Receiver in RAX; a byte slice's pointer in RBX; the goroutine in R14.
     let (c, buf, g) = (r.rax, r.rbx, r.r14);
     if c == 0 || g == 0 {
         return None;
     }
-    let cookie = full_cookie(ctx);
-    let o = offsets(cookie)?;
+    let o = offsets(exe)?;
     let handshake = operation == op::HANDSHAKE;
     let key = go_call(tgid()?, g, handshake);
     let buf = if handshake { 0 } else { buf };
@@ -115,19 +132,37 @@ fn enter(ctx: &ProbeContext, operation: u8) -> Option<()> {
 
 #[uprobe]
 pub fn go_tls_handshake(ctx: ProbeContext) -> u32 {
-    let _ = enter(&ctx, op::HANDSHAKE);
+    let _ = enter(&ctx, op::HANDSHAKE, Exe::Cookie(full_cookie(&ctx)));
+    0
+}
+
+#[uprobe]
+pub fn go_tls_handshake_by_exe(ctx: ProbeContext) -> u32 {
+    let _ = enter(&ctx, op::HANDSHAKE, Exe::Current);
     0
 }
 
 #[uprobe]
 pub fn go_tls_read(ctx: ProbeContext) -> u32 {
-    let _ = enter(&ctx, op::READ);
+    let _ = enter(&ctx, op::READ, Exe::Cookie(full_cookie(&ctx)));
+    0
+}
+
+#[uprobe]
+pub fn go_tls_read_by_exe(ctx: ProbeContext) -> u32 {
+    let _ = enter(&ctx, op::READ, Exe::Current);
     0
 }
 
 #[uprobe]
 pub fn go_tls_write(ctx: ProbeContext) -> u32 {
-    let _ = enter(&ctx, op::WRITE);
+    let _ = enter(&ctx, op::WRITE, Exe::Cookie(full_cookie(&ctx)));
+    0
+}
+
+#[uprobe]
+pub fn go_tls_write_by_exe(ctx: ProbeContext) -> u32 {
+    let _ = enter(&ctx, op::WRITE, Exe::Current);
     0
 }
 
@@ -135,23 +170,34 @@ pub fn go_tls_write(ctx: ProbeContext) -> u32 {
 /// count in RAX, the handshakes an error whose type word (RAX) is 0 for nil.
 #[uprobe]
 pub fn go_tls_return(ctx: ProbeContext) -> u32 {
-    let _ = exit(&ctx);
+    let cookie = full_cookie(&ctx);
+    let _ = exit(&ctx, cookie & RET_OF_HANDSHAKE != 0, Exe::Cookie(cookie));
+    0
+}
+
+#[uprobe]
+pub fn go_tls_return_by_exe(ctx: ProbeContext) -> u32 {
+    let _ = exit(&ctx, false, Exe::Current);
+    0
+}
+
+#[uprobe]
+pub fn go_tls_handshake_return_by_exe(ctx: ProbeContext) -> u32 {
+    let _ = exit(&ctx, true, Exe::Current);
     0
 }
 
 #[inline(always)]
-fn exit(ctx: &ProbeContext) -> Option<()> {
+fn exit(ctx: &ProbeContext, handshake: bool, exe: Exe) -> Option<()> {
     let r = regs(ctx);
     let (rax, g) = (r.rax, r.r14);
-    let cookie = full_cookie(ctx);
-    let handshake = cookie & RET_OF_HANDSHAKE != 0;
     let tgid = tgid()?;
     let ret = returning(&go_call(tgid, g, handshake))?;
     if handshake {
         let done = rax == 0;
         handshake_exit(&ret, done, i32::from(!done));
         if done {
-            handshake_done(tgid, ret.call.ssl, ret.tls, &offsets(cookie)?);
+            handshake_done(tgid, ret.call.ssl, ret.tls, &offsets(exe)?);
         }
     } else {
         let n = rax as i64;

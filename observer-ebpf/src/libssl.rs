@@ -1,9 +1,10 @@
 //! Uprobes specific to OpenSSL's API (libssl, or a binary that carries it).
 
 use aya_ebpf::{macros::uprobe, programs::ProbeContext};
+use observer_common::tls::library;
 
 use crate::{
-    tls_calls::cookie,
+    tls_calls::{by_library, cookie},
     tls_state::{session_begin, set_server_name, tie_fd},
 };
 
@@ -12,8 +13,13 @@ use crate::{
 /// SSL_read / SSL_write; this is how their processes get announced).
 #[uprobe]
 pub fn ssl_session_begin(ctx: ProbeContext) -> u32 {
+    begin(&ctx, cookie(&ctx))
+}
+
+#[inline(always)]
+fn begin(ctx: &ProbeContext, lib: u8) -> u32 {
     if let Some(ssl) = ctx.arg::<u64>(0).filter(|&s| s != 0) {
-        session_begin(ssl, cookie(&ctx));
+        session_begin(ssl, lib);
     }
     0
 }
@@ -27,9 +33,14 @@ pub fn ssl_session_begin(ctx: ProbeContext) -> u32 {
 /// ClientHello on the wire instead (`tls_wire`).
 #[uprobe]
 pub fn ssl_set_fd(ctx: ProbeContext) -> u32 {
+    set_fd(&ctx, cookie(&ctx))
+}
+
+#[inline(always)]
+fn set_fd(ctx: &ProbeContext, lib: u8) -> u32 {
     if let (Some(ssl), Some(fd)) = (ctx.arg::<u64>(0), ctx.arg::<i32>(1)) {
         if ssl != 0 && fd >= 0 {
-            tie_fd(ssl, fd as u64, cookie(&ctx));
+            tie_fd(ssl, fd as u64, lib);
         }
     }
     0
@@ -38,10 +49,25 @@ pub fn ssl_set_fd(ctx: ProbeContext) -> u32 {
 /// BoringSSL's SSL_set_tlsext_host_name(ssl, name) is a function.
 #[uprobe]
 pub fn ssl_set_host_name(ctx: ProbeContext) -> u32 {
+    set_host_name(&ctx, cookie(&ctx))
+}
+
+#[inline(always)]
+fn set_host_name(ctx: &ProbeContext, lib: u8) -> u32 {
     if let (Some(ssl), Some(name)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) {
         if ssl != 0 && name != 0 {
-            set_server_name(ssl, name, cookie(&ctx));
+            set_server_name(ssl, name, lib);
         }
     }
     0
+}
+
+// Kernels without attach cookies: see `tls_calls`.
+by_library! {
+    ssl_session_begin_openssl = begin(library::OPENSSL);
+    ssl_session_begin_boringssl = begin(library::BORINGSSL);
+    ssl_set_fd_openssl = set_fd(library::OPENSSL);
+    ssl_set_fd_boringssl = set_fd(library::BORINGSSL);
+    ssl_set_host_name_openssl = set_host_name(library::OPENSSL);
+    ssl_set_host_name_boringssl = set_host_name(library::BORINGSSL);
 }

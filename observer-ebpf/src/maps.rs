@@ -211,6 +211,11 @@ pub static RUSTLS_THREADS: LruHashMap<u64, RustlsThread> =
 #[map(name = "GO_OFFSETS")]
 pub static GO_OFFSETS: HashMap<u32, GoOffsets> = HashMap::with_max_entries(MAX_GO_BINARIES, 0);
 
+/// Go executable's inode number -> its index in `GO_OFFSETS`, where uprobes
+/// carry no cookie.
+#[map(name = "GO_EXES")]
+pub static GO_EXES: HashMap<u64, u32> = HashMap::with_max_entries(MAX_GO_BINARIES, 0);
+
 /// Where the running kernel keeps a task's open files (from BTF).
 #[no_mangle]
 static FD_WALK: FdWalk = FdWalk {

@@ -86,6 +86,11 @@ pub struct Report {
     /// How uprobes go on: "uprobe_multi" links (Linux 6.6+) or
     /// "perf_event"s (null: the object was not loaded).
     pub uprobes: Option<&'static str>,
+    /// Whether uprobes carry an attach cookie (Linux 5.15+); false: one
+    /// program per TLS library (and Go programs that find their executable
+    /// by the task's) stand in for those that read one. Null: the object
+    /// was not loaded.
+    pub attach_cookies: Option<bool>,
     /// Why the eBPF object could not be loaded, if it could not.
     pub load_error: Option<String>,
     /// Socket field offsets from BTF (null: timeout/unreachable errors and RTT lost).
@@ -220,6 +225,7 @@ pub fn run(options: Options) -> Report {
         privileged: p.sufficient(),
         tracefs: tracefs::find().map(|p| p.display().to_string()),
         uprobes: None,
+        attach_cookies: None,
         load_error: None,
         offsets: None,
         offsets_error: None,
@@ -253,6 +259,7 @@ pub fn run(options: Options) -> Report {
                 Described::BtfOnly { why, .. } => format!("none: {why}"),
             });
             report.uprobes = Some(obs.probes.uprobe_mechanism());
+            report.attach_cookies = Some(obs.probes.attach_cookies());
             report.offsets = obs.offsets.as_ref().ok().cloned();
             report.offsets_error = obs.offsets.as_ref().err().map(ToString::to_string);
             report.emit_at_destroy = obs.emit_at_destroy;
@@ -351,6 +358,12 @@ fn print_host(r: &Report) {
             "  uprobes      {other}s (no uprobe-multi links before Linux 6.6: each close waits ~0.1 s under the kernel's trace-event lock)"
         ),
         None => {}
+    }
+    if r.attach_cookies == Some(false) {
+        println!(
+            "  uprobes      without attach cookies (before Linux 5.15): a TLS program per library \
+             stands in for each shared one"
+        );
     }
 }
 

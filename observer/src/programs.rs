@@ -653,6 +653,90 @@ pub const TLS_LIBRARIES: [Library; 4] = [
     Library::Rustls,
 ];
 
+/// A program that reads its attach cookie, and the one that stands in for
+/// it with one cookie value where the kernel gives uprobes no cookie
+/// (before 5.15): the same body with the value built in. Stand-ins load and
+/// count as the program they stand in for (its ledger row, its feature).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    /// The table's program.
+    pub of: &'static str,
+    /// The cookie's low 16 bits it stands in for: the library id, and for
+    /// Go the RET-of-a-handshake flag (Go's stand-ins find the executable's
+    /// index, the bits above, by the task's executable).
+    pub cookie: u64,
+    /// The object's program.
+    pub name: &'static str,
+}
+
+const fn variant(of: &'static str, cookie: u64, name: &'static str) -> Variant {
+    Variant { of, cookie, name }
+}
+
+/// Bits 8-15 of a Go RET probe's cookie in a handshake function.
+pub const GO_RET_OF_HANDSHAKE: u64 = 1 << 8;
+
+/// The library ids, as the cookie's low bits hold them.
+const OPEN: u64 = observer_common::tls::library::OPENSSL as u64;
+const BORING: u64 = observer_common::tls::library::BORINGSSL as u64;
+const GNU: u64 = observer_common::tls::library::GNUTLS as u64;
+const GO_ID: u64 = observer_common::tls::library::GO as u64;
+
+/// Every program that reads its attach cookie, with its stand-ins (see
+/// [`Variant`]). The return programs read the library from the call their
+/// entry recorded, so none of them is here.
+pub const VARIANTS: &[Variant] = &[
+    variant("tls_context_new", OPEN, "tls_context_new_openssl"),
+    variant("tls_context_new", BORING, "tls_context_new_boringssl"),
+    variant("tls_context_new", GNU, "tls_context_new_gnutls"),
+    variant("tls_handshake", OPEN, "tls_handshake_openssl"),
+    variant("tls_handshake", BORING, "tls_handshake_boringssl"),
+    variant("tls_handshake", GNU, "tls_handshake_gnutls"),
+    variant("tls_read", OPEN, "tls_read_openssl"),
+    variant("tls_read", BORING, "tls_read_boringssl"),
+    variant("tls_read", GNU, "tls_read_gnutls"),
+    variant("tls_write", OPEN, "tls_write_openssl"),
+    variant("tls_write", BORING, "tls_write_boringssl"),
+    variant("tls_write", GNU, "tls_write_gnutls"),
+    variant("ssl_read_ex", OPEN, "ssl_read_ex_openssl"),
+    variant("ssl_read_ex", BORING, "ssl_read_ex_boringssl"),
+    variant("ssl_write_ex", OPEN, "ssl_write_ex_openssl"),
+    variant("ssl_write_ex", BORING, "ssl_write_ex_boringssl"),
+    variant("ssl_session_begin", OPEN, "ssl_session_begin_openssl"),
+    variant("ssl_session_begin", BORING, "ssl_session_begin_boringssl"),
+    variant("ssl_set_fd", OPEN, "ssl_set_fd_openssl"),
+    variant("ssl_set_fd", BORING, "ssl_set_fd_boringssl"),
+    variant("ssl_set_host_name", OPEN, "ssl_set_host_name_openssl"),
+    variant("ssl_set_host_name", BORING, "ssl_set_host_name_boringssl"),
+    variant("go_tls_handshake", GO_ID, "go_tls_handshake_by_exe"),
+    variant("go_tls_read", GO_ID, "go_tls_read_by_exe"),
+    variant("go_tls_write", GO_ID, "go_tls_write_by_exe"),
+    variant(GO_RETURN, GO_ID, "go_tls_return_by_exe"),
+    variant(
+        GO_RETURN,
+        GO_ID | GO_RET_OF_HANDSHAKE,
+        "go_tls_handshake_return_by_exe",
+    ),
+];
+
+/// The stand-ins of table program `of`.
+pub fn variants_of(of: &str) -> impl Iterator<Item = &'static Variant> + '_ {
+    VARIANTS.iter().filter(move |v| v.of == of)
+}
+
+/// The object's program that goes on for `program` with `cookie` where the
+/// kernel gives no cookies: the program itself if it reads none, else its
+/// stand-in for the cookie's low 16 bits; None if it has none for them.
+pub fn without_cookie(program: &'static str, cookie: u64) -> Option<&'static str> {
+    let mut variants = variants_of(program).peekable();
+    if variants.peek().is_none() {
+        return Some(program);
+    }
+    variants
+        .find(|v| v.cookie == cookie & 0xffff)
+        .map(|v| v.name)
+}
+
 /// The table's rows of one feature.
 pub fn of(feature: Feature) -> impl Iterator<Item = &'static Program> {
     PROGRAMS.iter().filter(move |p| p.serves(feature))
@@ -700,7 +784,11 @@ mod tests {
         let obj = aya_obj::Object::parse(crate::ebpf::OBJECT).expect("the built object parses");
         let mut in_object: Vec<&str> = obj.programs.keys().map(String::as_str).collect();
         in_object.sort_unstable();
-        let mut in_table: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
+        let mut in_table: Vec<&str> = PROGRAMS
+            .iter()
+            .map(|p| p.name)
+            .chain(VARIANTS.iter().map(|v| v.name))
+            .collect();
         in_table.sort_unstable();
         let n = in_table.len();
         in_table.dedup();
@@ -779,6 +867,54 @@ mod tests {
         assert!(PROGRAMS
             .iter()
             .all(|p| file.symbol_by_name(p.name).is_some()));
+    }
+
+    /// A stand-in is an entry uprobe like the program it stands in for,
+    /// and every cookie value the TLS manager gives a program that reads
+    /// one has a stand-in.
+    #[test]
+    fn every_cookie_value_has_a_stand_in() {
+        let obj = aya_obj::Object::parse(crate::ebpf::OBJECT).expect("the built object parses");
+        for v in VARIANTS {
+            let p = get(v.of).expect("a stand-in's program is in the table");
+            assert!(matches!(p.hook, Hook::UProbe { ret: false, .. }), "{v:?}");
+            assert!(
+                matches!(
+                    obj.programs[v.name].section,
+                    aya_obj::ProgramSection::UProbe { .. }
+                ),
+                "{v:?}"
+            );
+        }
+        for (lib, ids) in [(OpenSsl, &[OPEN, BORING][..]), (GnuTls, &[GNU][..])] {
+            for site in [TlsHandshakes, TlsPlaintext]
+                .into_iter()
+                .flat_map(|f| uprobe_sites(f, lib))
+            {
+                for &id in ids {
+                    assert!(
+                        without_cookie(site.program, id).is_some(),
+                        "{} for library {id}",
+                        site.program
+                    );
+                }
+            }
+        }
+        for site in [TlsHandshakes, TlsPlaintext]
+            .into_iter()
+            .flat_map(|f| uprobe_sites(f, Go))
+        {
+            // The executable's index rides above the low 16 bits.
+            let cookie = GO_ID | (7 << 16);
+            assert_ne!(without_cookie(site.program, cookie), Some(site.program));
+            assert!(without_cookie(site.program, cookie).is_some());
+        }
+        assert_eq!(
+            without_cookie(GO_RETURN, GO_ID | GO_RET_OF_HANDSHAKE | (3 << 16)),
+            Some("go_tls_handshake_return_by_exe")
+        );
+        assert_eq!(without_cookie("tls_free", 3), Some("tls_free"));
+        assert_eq!(without_cookie("tls_handshake", 99), None);
     }
 
     #[test]

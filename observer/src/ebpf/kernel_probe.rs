@@ -7,9 +7,11 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use observer_common::{SKB_TASK_COMM, SKB_TASK_PID};
 
 const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_PROG_TYPE_CGROUP_SKB: u32 = 8;
 const FN_GET_CURRENT_PID_TGID: i32 = 14;
 const FN_GET_CURRENT_COMM: i32 = 16;
+const FN_GET_ATTACH_COOKIE: i32 = 174;
 
 /// `struct bpf_insn`.
 #[repr(C)]
@@ -106,6 +108,18 @@ pub fn skb_task_helpers() -> u32 {
         allowed |= SKB_TASK_COMM;
     }
     allowed
+}
+
+/// Whether uprobes (kprobe-type programs) may read an attach cookie
+/// (`bpf_get_attach_cookie`, Linux 5.15+, which brought perf-event links
+/// that carry one too).
+pub fn attach_cookies() -> bool {
+    let cookie = [
+        insn(CALL, 0, 0, FN_GET_ATTACH_COOKIE),
+        insn(MOV64_IMM, 0, 0, 0),
+        insn(EXIT, 0, 0, 0),
+    ];
+    loads(BPF_PROG_TYPE_KPROBE, &cookie)
 }
 
 /// Beside the helper bits: the packet programs read the current task's

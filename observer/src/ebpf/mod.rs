@@ -10,4 +10,4 @@ pub use loader::{
     detach_all, load, KernelConnMap, KernelConns, KernelCounters, LoadError, LoadOptions, Loaded,
     OBJECT,
 };
-pub use probes::{chain, ProbeError, Probes, ProgramState, UprobeAt, UprobeLink};
+pub use probes::{chain, ProbeError, Probes, ProgramState, UprobeAt, UprobeLink, NO_COOKIE_ENV};

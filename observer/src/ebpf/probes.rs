@@ -76,6 +76,13 @@ pub enum ProbeError {
         #[source]
         source: io::Error,
     },
+    /// The kernel gives uprobes no attach cookie and no program stands in
+    /// for this one with this cookie (a table mismatch).
+    #[error(
+        "{program} reads its attach cookie ({cookie:#x}), which this kernel does not give \
+         (Linux 5.15+), and no program stands in for it"
+    )]
+    NoVariant { program: &'static str, cookie: u64 },
     /// The function is not in the file's symbol tables.
     #[error("attaching {program}: {symbol} not found in {path}")]
     NoSymbol {
@@ -255,8 +262,10 @@ pub struct UprobeAt<'a> {
 pub enum UprobeLink {
     /// A uprobe-multi link (`uprobe_multi`), closed by our own fd.
     Multi(u64),
-    /// aya's perf-event uprobe, where the kernel has no uprobe-multi links.
-    Perf(UProbeLinkId),
+    /// aya's perf-event uprobe, where the kernel has no uprobe-multi links;
+    /// with the object's program it belongs to (a stand-in's, where the
+    /// kernel gives no cookies).
+    Perf(&'static str, UProbeLinkId),
 }
 
 /// The eBPF object and the ledger of its programs.
@@ -267,6 +276,10 @@ pub struct Probes {
     multi: bool,
     /// The uprobe programs loaded for uprobe-multi links.
     loaded_multi: BTreeSet<&'static str>,
+    /// Whether uprobes carry an attach cookie here (Linux 5.15+); without,
+    /// the programs that read one are replaced by their stand-ins, one per
+    /// cookie value (`programs::VARIANTS`).
+    cookies: bool,
     links: HashMap<u64, uprobe_multi::Link>,
     next_link: u64,
     /// Programs to treat as refused by the kernel (a test's fault).
@@ -277,6 +290,11 @@ pub struct Probes {
 /// separated: a test shows with it that a kernel's refusal of one program
 /// costs only its own feature (tests/tests/cli.rs). Never set in service.
 pub const REFUSE_ENV: &str = "OBSERVER_REFUSE_PROGRAMS";
+
+/// Set (to anything): the observer runs as on a kernel before 5.15, whose
+/// uprobes carry no attach cookie, so a test on a newer kernel covers the
+/// programs that stand in there. Never set in service.
+pub const NO_COOKIE_ENV: &str = "OBSERVER_NO_ATTACH_COOKIE";
 
 fn row(name: &'static str) -> Result<&'static Program, ProbeError> {
     programs::get(name).ok_or(ProbeError::NotInObject(name))
@@ -299,12 +317,15 @@ where
 impl Probes {
     pub fn new(ebpf: Ebpf) -> Self {
         let multi = uprobe_multi::supported();
-        tracing::debug!("uprobe-multi links: {multi}");
+        let cookies =
+            std::env::var_os(NO_COOKIE_ENV).is_none() && super::kernel_probe::attach_cookies();
+        tracing::debug!("uprobe-multi links: {multi}; attach cookies: {cookies}");
         Self {
             ebpf,
             states: BTreeMap::new(),
             multi,
             loaded_multi: BTreeSet::new(),
+            cookies,
             links: HashMap::new(),
             next_link: 0,
             refuse: std::env::var(REFUSE_ENV)
@@ -323,6 +344,43 @@ impl Probes {
             "uprobe_multi"
         } else {
             "perf_event"
+        }
+    }
+
+    /// Whether uprobes carry an attach cookie here; without, per-library
+    /// programs stand in for those that read one.
+    pub fn attach_cookies(&self) -> bool {
+        self.cookies
+    }
+
+    /// The object's program that goes on for table program `name` with
+    /// `cookie`, and the cookie to give it: the program itself where the
+    /// kernel gives cookies (or it reads none), else its stand-in for that
+    /// cookie, given none.
+    fn object(
+        &self,
+        name: &'static str,
+        cookie: Option<u64>,
+    ) -> Result<(&'static str, Option<u64>), ProbeError> {
+        if self.cookies {
+            return Ok((name, cookie));
+        }
+        let cookie = cookie.unwrap_or(0);
+        programs::without_cookie(name, cookie)
+            .map(|object| (object, None))
+            .ok_or(ProbeError::NoVariant {
+                program: name,
+                cookie,
+            })
+    }
+
+    /// The object's programs that table program `name` loads as here.
+    fn objects(&self, name: &'static str) -> Vec<&'static str> {
+        let variants: Vec<&'static str> = programs::variants_of(name).map(|v| v.name).collect();
+        if self.cookies || variants.is_empty() {
+            vec![name]
+        } else {
+            variants
         }
     }
 
@@ -347,7 +405,9 @@ impl Probes {
             return None;
         }
         let r = self.load(name).and_then(|()| {
-            let (fd, ret) = self.multi_program(name)?;
+            let (object, cookie) = self.object(name, Some(cookie))?;
+            let (fd, ret) = self.multi_program(object)?;
+            let cookie = cookie.unwrap_or(0);
             uprobe_multi::attach(fd.as_fd(), path, offset, cookie, ret, Some(pid)).map_err(
                 |source| ProbeError::Link {
                     program: name,
@@ -401,12 +461,16 @@ impl Probes {
         r
     }
 
-    /// Loads a program of the table (once).
+    /// Loads a program of the table (once): itself, or where the kernel
+    /// gives no attach cookies the programs that stand in for it.
     pub fn load(&mut self, name: &'static str) -> Result<(), ProbeError> {
         if self.states.get(name).is_some_and(|s| s.loaded) {
             return Ok(());
         }
-        let r = self.load_inner(name);
+        let r = self
+            .objects(name)
+            .into_iter()
+            .try_for_each(|object| self.load_inner(name, object));
         let r = self.note(name, r);
         if r.is_ok() {
             self.states.entry(name).or_default().loaded = true;
@@ -414,12 +478,13 @@ impl Probes {
         r
     }
 
-    fn load_inner(&mut self, name: &'static str) -> Result<(), ProbeError> {
+    /// Loads the object's program `object` for table program `name`.
+    fn load_inner(&mut self, name: &'static str, object: &'static str) -> Result<(), ProbeError> {
         if self.refuse.contains(name) {
             return Err(ProbeError::Refused { program: name });
         }
         let load = |source| ProbeError::Load {
-            program: name,
+            program: object,
             source,
         };
         let ebpf = &mut self.ebpf;
@@ -428,12 +493,19 @@ impl Probes {
             Hook::RawTracePoint { .. } | Hook::Run => {
                 typed::<RawTracePoint>(ebpf, name)?.load().map_err(load)
             }
+            Hook::UProbe { .. } if self.loaded_multi.contains(object) => Ok(()),
             Hook::UProbe { .. } if self.multi => {
-                typed::<UProbe>(ebpf, name)?.load_multi().map_err(load)?;
-                self.loaded_multi.insert(name);
+                typed::<UProbe>(ebpf, object)?.load_multi().map_err(load)?;
+                self.loaded_multi.insert(object);
                 Ok(())
             }
-            Hook::UProbe { .. } => typed::<UProbe>(ebpf, name)?.load().map_err(load),
+            Hook::UProbe { .. } => {
+                let p = typed::<UProbe>(ebpf, object)?;
+                if p.fd().is_ok() {
+                    return Ok(());
+                }
+                p.load().map_err(load)
+            }
             Hook::CgroupSkb { .. } => typed::<CgroupSkb>(ebpf, name)?.load().map_err(load),
             Hook::CgroupSockRelease => typed::<CgroupSock>(ebpf, name)?.load().map_err(load),
         }
@@ -527,10 +599,12 @@ impl Probes {
         at: &UprobeAt<'_>,
     ) -> Result<UprobeLink, ProbeError> {
         let r = self.load(name).and_then(|()| {
-            if self.loaded_multi.contains(name) {
-                self.link_uprobe(name, at)
+            let (object, cookie) = self.object(name, at.cookie)?;
+            let at = UprobeAt { cookie, ..*at };
+            if self.loaded_multi.contains(object) {
+                self.link_uprobe(object, &at)
             } else {
-                self.perf_uprobe(name, at)
+                self.perf_uprobe(object, &at)
             }
         });
         let r = self.note(name, r);
@@ -590,7 +664,7 @@ impl Probes {
             None => UProbeAttachLocation::Symbol(symbol),
         };
         p.attach(UProbeAttachPoint { location, cookie }, path, scope)
-            .map(UprobeLink::Perf)
+            .map(|link| UprobeLink::Perf(name, link))
             .map_err(|source| ProbeError::Attach {
                 program: name,
                 target: format!("{symbol} in {}", path.display()),
@@ -612,7 +686,7 @@ impl Probes {
                         self.one_detached(name);
                     }
                 }
-                perf @ UprobeLink::Perf(_) => self.detach_uprobe(name, perf),
+                perf @ UprobeLink::Perf(..) => self.detach_uprobe(name, perf),
             }
         }
         uprobe_multi::close_now(now);
@@ -626,8 +700,8 @@ impl Probes {
         let done = match link {
             // Dropped: closed on the closer's thread.
             UprobeLink::Multi(id) => self.links.remove(&id).is_some(),
-            UprobeLink::Perf(link) => {
-                let Ok(p) = typed::<UProbe>(&mut self.ebpf, name) else {
+            UprobeLink::Perf(object, link) => {
+                let Ok(p) = typed::<UProbe>(&mut self.ebpf, object) else {
                     return;
                 };
                 match p.detach(link) {
@@ -695,16 +769,24 @@ impl Probes {
         r
     }
 
-    /// A loaded uprobe program's fd, for attachments made outside aya (the
-    /// TLS manager's shared uprobe events).
-    pub fn uprobe_fd(&mut self, name: &'static str) -> Result<&ProgramFd, ProbeError> {
+    /// The loaded uprobe program's fd that goes on for table program `name`
+    /// with `cookie`, and the cookie to attach it with (none where the
+    /// kernel gives none: a stand-in goes on), for attachments made outside
+    /// aya (the TLS manager's shared uprobe events).
+    pub fn uprobe_fd(
+        &mut self,
+        name: &'static str,
+        cookie: u64,
+    ) -> Result<(&ProgramFd, Option<u64>), ProbeError> {
         self.load(name)?;
-        typed::<UProbe>(&mut self.ebpf, name)?
+        let (object, cookie) = self.object(name, Some(cookie))?;
+        let fd = typed::<UProbe>(&mut self.ebpf, object)?
             .fd()
             .map_err(|source| ProbeError::Load {
-                program: name,
+                program: object,
                 source,
-            })
+            })?;
+        Ok((fd, cookie))
     }
 
     /// Records the result of an attachment made outside aya. Any error

@@ -2,7 +2,9 @@
 //! functions are probed in each executable itself, for all its processes
 //! (a process started later gets them from its first instruction). The
 //! struct offsets the probes read go into a kernel map under the
-//! executable's index, which rides in each probe's cookie.
+//! executable's index, which rides in each probe's cookie (where the kernel
+//! gives uprobes no cookie, a second map gives the index by the file as the
+//! kernel names it, and the programs look up the task's executable).
 //!
 //! The handshake probes are placed here; the read/write ones are handed to
 //! the manager as plaintext sites (entry and RET offsets, with their
@@ -11,9 +13,11 @@
 
 use std::path::Path;
 
+use std::collections::HashMap;
+
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use observer_common::tls::{
-    go::{GoOffsets, GO_OFFSETS_MAP, MAX_GO_BINARIES},
+    go::{GoOffsets, GO_EXES_MAP, GO_OFFSETS_MAP, MAX_GO_BINARIES},
     library,
 };
 
@@ -43,6 +47,10 @@ const MAX_LISTED: usize = 64;
 
 pub struct GoFiles {
     offsets: Option<BpfHashMap<MapData, u32, GoOffsets>>,
+    /// Where uprobes carry no cookie: each executable's index by its inode
+    /// number (None where they do), and the inode number of each index.
+    exes: Option<BpfHashMap<MapData, u64, u32>>,
+    inodes: HashMap<u32, u64>,
     next_index: u32,
     /// Indices of executables let go, given again first.
     free: Vec<u32>,
@@ -57,14 +65,18 @@ enum RegisterError {
     /// Every index is given (the map is sized for MAX_GO_BINARIES).
     #[error("more than {MAX_GO_BINARIES} Go executables")]
     Full,
+    /// Without attach cookies the programs tell executables by inode
+    /// number, and one probed already has this one's.
+    #[error(
+        "another Go executable probed has inode number {0} (on another filesystem): this \
+         kernel's uprobes carry no attach cookie (Linux 5.15+), so its programs tell \
+         executables by inode number"
+    )]
+    SameInode(u64),
     /// The kernel refused the map entry.
     #[error(transparent)]
     Insert(aya::maps::MapError),
 }
-
-/// Bits 8-15 of the cookie of a RET probe in a handshake function (see
-/// observer-ebpf's go_tls).
-const RET_OF_HANDSHAKE: u64 = 1 << 8;
 
 impl GoFiles {
     pub fn new(probes: &mut Probes) -> Self {
@@ -72,8 +84,14 @@ impl GoFiles {
             .ebpf
             .take_map(GO_OFFSETS_MAP)
             .and_then(|m| BpfHashMap::try_from(m).ok());
+        let exes = (!probes.attach_cookies())
+            .then(|| probes.ebpf.take_map(GO_EXES_MAP))
+            .flatten()
+            .and_then(|m| BpfHashMap::try_from(m).ok());
         Self {
             offsets,
+            exes,
+            inodes: HashMap::new(),
             next_index: 0,
             free: Vec::new(),
         }
@@ -120,7 +138,7 @@ impl GoFiles {
             let why = format!("the kernel refused its programs: {why}");
             return Some(not_probed(report, file, why));
         }
-        let index = match self.register(&image) {
+        let index = match self.register(&image, id) {
             Ok(index) => index,
             Err(why) => return Some(not_probed(report, file, why.to_string())),
         };
@@ -161,8 +179,13 @@ impl GoFiles {
         })
     }
 
-    /// Gives the executable an index and its offsets to the kernel.
-    fn register(&mut self, image: &GoImage) -> Result<u32, RegisterError> {
+    /// Gives the executable an index and its offsets to the kernel (and,
+    /// without cookies, the index under the inode number of its file `id`).
+    fn register(&mut self, image: &GoImage, id: FileId) -> Result<u32, RegisterError> {
+        let ino = id.1;
+        if self.exes.is_some() && self.inodes.values().any(|&i| i == ino) {
+            return Err(RegisterError::SameInode(ino));
+        }
         let map = self.offsets.as_mut().ok_or(RegisterError::NoMap)?;
         let index = match self.free.last() {
             Some(&i) => i,
@@ -171,6 +194,13 @@ impl GoFiles {
         };
         map.insert(index, image.offsets, 0)
             .map_err(RegisterError::Insert)?;
+        if let Some(exes) = &mut self.exes {
+            if let Err(e) = exes.insert(ino, index, 0) {
+                let _ = map.remove(&index);
+                return Err(RegisterError::Insert(e));
+            }
+            self.inodes.insert(index, ino);
+        }
         if self.free.pop().is_none() {
             self.next_index += 1;
         }
@@ -181,6 +211,9 @@ impl GoFiles {
     pub fn release(&mut self, index: u32) {
         if let Some(map) = &mut self.offsets {
             let _ = map.remove(&index);
+        }
+        if let (Some(exes), Some(ino)) = (&mut self.exes, self.inodes.remove(&index)) {
+            let _ = exes.remove(&ino);
         }
         self.free.push(index);
     }
@@ -204,7 +237,7 @@ fn sites(image: &GoImage, feature: Feature, base: u64) -> Vec<ProbeSite> {
             continue;
         };
         let handshake = if site.program == "go_tls_handshake" {
-            RET_OF_HANDSHAKE
+            programs::GO_RET_OF_HANDSHAKE
         } else {
             0
         };

@@ -937,11 +937,11 @@ impl TlsProbes {
             let mut ids = Vec::new();
             for site in &file.plaintext_sites {
                 let defined = probes
-                    .uprobe_fd(site.program)
+                    .uprobe_fd(site.program, site.cookie)
                     .map_err(|e| chain(&e))
-                    .and_then(|fd| {
+                    .and_then(|(fd, cookie)| {
                         self.events
-                            .define(&path, site.offset, site.ret, fd.as_fd(), site.cookie)
+                            .define(&path, site.offset, site.ret, fd.as_fd(), cookie)
                             .map_err(|e| e.to_string())
                     })
                     .map_err(|e| format!("{} at {}: {e}", site.program, site.symbol));

@@ -30,6 +30,9 @@ const PERF_ATTR_SIZE: usize = 64;
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+/// `_IOW('$', 8, __u32)`: a program on a perf event, without a link
+/// (kernels before 5.15 have no perf-event links, nor cookies).
+const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PERF_EVENT: u32 = 41;
 
@@ -39,8 +42,9 @@ pub struct EventId(usize);
 struct TraceEvent {
     name: String,
     id: u64,
-    // Dropped before the event is removed (see Drop).
-    _anchor_link: OwnedFd,
+    // Dropped before the event is removed (see Drop). None: the program
+    // went on the anchor itself (no perf-event links here).
+    _anchor_link: Option<OwnedFd>,
     _anchor: OwnedFd,
 }
 
@@ -160,14 +164,15 @@ impl UprobeEvents {
     }
 
     /// Defines a uprobe (or uretprobe) at `offset` in `path` and attaches
-    /// `prog` to it with `cookie`. No process is traced until `open_for`.
+    /// `prog` to it with `cookie` (None: without a link, on kernels that give
+    /// no cookies). No process is traced until `open_for`.
     pub fn define(
         &mut self,
         path: &Path,
         offset: u64,
         ret: bool,
         prog: BorrowedFd<'_>,
-        cookie: u64,
+        cookie: Option<u64>,
     ) -> Result<EventId, UprobeEventError> {
         let shown = path.display().to_string();
         if shown.chars().any(char::is_whitespace) {
@@ -202,8 +207,12 @@ impl UprobeEvents {
                 return Err(e);
             }
         };
-        let link = match link_create(prog, &anchor, cookie) {
-            Ok(fd) => fd,
+        let link = match cookie {
+            Some(cookie) => link_create(prog, &anchor, cookie).map(Some),
+            None => set_bpf(prog, &anchor).map(|()| None),
+        };
+        let link = match link {
+            Ok(link) => link,
             Err(e) => {
                 drop(anchor);
                 remove(self);
@@ -272,6 +281,23 @@ fn perf_open(id: u64, pid: u32) -> Result<OwnedFd, UprobeEventError> {
         return Err(errno("enabling the perf event"));
     }
     Ok(fd)
+}
+
+/// PERF_EVENT_IOC_SET_BPF: attaches `prog` to perf event `perf` until the
+/// event is closed.
+fn set_bpf(prog: BorrowedFd<'_>, perf: &OwnedFd) -> Result<(), UprobeEventError> {
+    // SAFETY: ioctl on our perf fd with a program fd as its argument.
+    if unsafe {
+        libc::ioctl(
+            perf.as_raw_fd(),
+            PERF_EVENT_IOC_SET_BPF as _,
+            prog.as_raw_fd(),
+        )
+    } < 0
+    {
+        return Err(errno("attaching the program to the uprobe event"));
+    }
+    Ok(())
 }
 
 /// BPF_LINK_CREATE: attaches `prog` to perf event `perf` with a cookie.
