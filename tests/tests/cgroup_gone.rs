@@ -176,24 +176,6 @@ fn cycle(parent: &Path, n: u32, http: u16, echo: u16) -> Cycle {
     }
 }
 
-/// The one closed connection record from client port `port` to `to`
-/// (outbound), or to client port `port` from `to`'s server (inbound).
-fn conn<'a>(out: &'a Watched, port: u64, to: u16, dir: &str) -> &'a Value {
-    let (mine, theirs) = if dir == "outbound" {
-        ("local_port", "remote_port")
-    } else {
-        ("remote_port", "local_port")
-    };
-    let v: Vec<&Value> = out
-        .records
-        .iter()
-        .filter(|r| r["kind"] == "connection" && r["direction"] == dir)
-        .filter(|r| r[mine] == port && r[theirs] == to)
-        .collect();
-    assert_eq!(v.len(), 1, "{dir} {port} <-> {to}: {v:#?}");
-    v[0]
-}
-
 #[test]
 fn a_containers_cgroup_removed_while_its_connections_are_open() {
     let Some(_serial) = begin("cgroup_gone", &["python3", "sh"]) else {
@@ -261,7 +243,7 @@ fn a_containers_cgroup_removed_while_its_connections_are_open() {
         // Each connection's close, with the bytes through it.
         let echoed = if c.killed { 4 } else { 8 };
         for (dir, to) in [("outbound", echo), ("inbound", echo)] {
-            let r = conn(&out, c.tcp_port, to, dir);
+            let r = conn(&out, dir, &json!(c.tcp_port), to);
             assert_eq!(r["state"], "closed", "{r:#}");
             assert_eq!(r["bytes_sent"], echoed, "{r:#}");
             assert_eq!(r["bytes_received"], echoed, "{r:#}");
@@ -273,11 +255,11 @@ fn a_containers_cgroup_removed_while_its_connections_are_open() {
             assert_eq!(r["container"]["id"], want["id"], "{r:#}");
         }
         for dir in ["outbound", "inbound"] {
-            let r = conn(&out, c.http_port, server.port, dir);
+            let r = conn(&out, dir, &json!(c.http_port), server.port);
             assert_eq!(r["state"], "closed", "{r:#}");
             assert_eq!(r["error"], Value::Null, "{r:#}");
         }
-        let client = conn(&out, c.http_port, server.port, "outbound");
+        let client = conn(&out, "outbound", &json!(c.http_port), server.port);
         assert_eq!(client["container"]["id"], container["id"], "{client:#}");
     }
 
