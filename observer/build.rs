@@ -20,6 +20,7 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow!("observer has no parent directory"))?
         .join("observer-ebpf");
     let root = root.to_str().ok_or_else(|| anyhow!("non-UTF-8 path"))?;
+    share_the_ebpf_target_dir()?;
     aya_build::build_ebpf(
         [Package {
             name: "observer-ebpf",
@@ -28,4 +29,28 @@ fn main() -> anyhow::Result<()> {
         }],
         Toolchain::default(),
     )
+}
+
+/// aya-build builds the programs in a target directory under this build
+/// script's OUT_DIR, which is new for every feature set the observer is built
+/// with: the test run builds it three ways (the targets, `cargo test`, the
+/// guests' observer), and each built core and the programs from scratch, 65 s
+/// each on a fresh CI machine. That directory becomes a link to one under the
+/// workspace's target directory, so the second build finds the first's work
+/// (cargo's own lock on the directory keeps builds that run at once apart).
+fn share_the_ebpf_target_dir() -> anyhow::Result<()> {
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").context("OUT_DIR not set")?);
+    // OUT_DIR is <target>/<profile>/build/observer-<hash>/out.
+    let Some(target) = out.ancestors().nth(4) else {
+        return Ok(());
+    };
+    let shared = target.join("ebpf");
+    let link = out.join("aya-build").join("target").join("observer-ebpf");
+    if link.exists() || link.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&shared)?;
+    std::fs::create_dir_all(link.parent().context("no parent")?)?;
+    std::os::unix::fs::symlink(&shared, &link)
+        .with_context(|| format!("linking {} to {}", link.display(), shared.display()))
 }
