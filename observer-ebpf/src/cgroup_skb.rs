@@ -33,20 +33,36 @@ fn packet(ctx: &SkBuffContext, egress: bool) {
 /// Where a TCP segment's header and payload start, when it has a payload:
 /// None for other protocols, later fragments and segments without data (the
 /// SYNs, ACKs and FINs that are most of a short connection's packets), so
-/// that those leave before any map is touched. One load covers an IPv4
-/// header without options and the TCP data offset; other packets take the
-/// general path.
+/// that those leave before any map is touched or helper called. An IPv4
+/// header without options and the TCP data offset are read in place (the
+/// packet's linear head, where the kernel keeps the headers); other packets
+/// take the general path.
 #[inline(always)]
 pub fn tcp_payload(ctx: &SkBuffContext) -> Option<(usize, usize)> {
     let total = ctx.len() as usize;
-    let head: [u8; 33] = ctx.load(0).ok()?;
-    let (l4, doff) = if head[0] == 0x45 {
+    // SAFETY: the program's own context.
+    let (data, end) = unsafe {
+        (
+            (*ctx.skb.skb).data as usize,
+            (*ctx.skb.skb).data_end as usize,
+        )
+    };
+    let ipv4 = if data + 33 <= end {
+        let head = data as *const u8;
+        // SAFETY: the 33 bytes read lie before data_end (checked above).
+        unsafe {
+            (*head == 0x45).then(|| (*head.add(9), *head.add(6), *head.add(7), *head.add(32)))
+        }
+    } else {
+        let head: [u8; 33] = ctx.load(0).ok()?;
+        (head[0] == 0x45).then_some((head[9], head[6], head[7], head[32]))
+    };
+    let (l4, doff) = if let Some((proto, frag_hi, frag_lo, doff)) = ipv4 {
         // IPv4, 20-byte header: protocol, fragment offset, TCP data offset.
-        if u16::from(head[9]) != IPPROTO_TCP || u16::from_be_bytes([head[6], head[7]]) & 0x1fff != 0
-        {
+        if u16::from(proto) != IPPROTO_TCP || u16::from_be_bytes([frag_hi, frag_lo]) & 0x1fff != 0 {
             return None;
         }
-        (20, head[32])
+        (20, doff)
     } else {
         let l = layers(ctx)?;
         if u16::from(l.proto) != IPPROTO_TCP {

@@ -130,13 +130,14 @@ fn read(ctx: &SkBuffContext, egress: bool) -> Option<Untied> {
     if sk.is_null() {
         return None;
     }
-    // The socket's own mark first: most packets of a busy host belong to
-    // sockets already judged (TLS, not HTTP, or too busy), and they leave
-    // here without the header load.
+    // Segments without payload first (most of a short connection's
+    // packets: SYNs, ACKs, FINs), read in place without a helper; then the
+    // socket's own mark: most payload packets of a busy host belong to
+    // sockets already judged (TLS, not HTTP, or too busy).
+    let (l4, payload) = tcp_payload(ctx)?;
     if !skip_ptr(sk, 0).is_null() {
         return None;
     }
-    let (l4, payload) = tcp_payload(ctx)?;
     let key = sk as u64;
     // No payload seen on the connection before this packet.
     let mut fresh = true;
