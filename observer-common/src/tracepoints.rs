@@ -85,14 +85,6 @@ layout!(sched_process_exec, "sched", "sched_process_exec", {
     PID: "pid" @ 12 / 4,
 });
 
-// Attached as a raw tracepoint (`(unsigned long addr, struct
-// vm_unmapped_area_info *info)`, 5.8+): the program reads the task's saved
-// registers, not these; they are checked as a sign of the prototype.
-layout!(vm_unmapped_area, "mmap", "vm_unmapped_area", {
-    ADDR: "addr" @ 8 / 8,
-    LENGTH: "length" @ 32 / 8,
-});
-
 // A syscall's arguments, each an unsigned long after the syscall number.
 layout!(sys_enter_mmap, "syscalls", "sys_enter_mmap", {
     PROT: "prot" @ 32 / 8,

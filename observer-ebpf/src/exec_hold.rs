@@ -5,7 +5,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task_btf, bpf_send_signal, bpf_task_pt_regs},
+        generated::bpf_send_signal,
     },
     macros::map,
     maps::{Array, LruHashMap, RingBuf},
@@ -47,20 +47,6 @@ static EXE_WALK: ExeWalk = ExeWalk {
 
 const SIGSTOP: u32 = 19;
 const PROT_EXEC: u64 = 4;
-const MAP_PRIVATE: u64 = 0x02;
-/// Set by glibc's loader on every mapping of a library (the kernel ignores
-/// it since 5.14, but the flags still carry it).
-const MAP_DENYWRITE: u64 = 0x0800;
-const SYS_MMAP: u64 = 9;
-
-/// Where x86-64's `struct pt_regs` keeps a system call's number and the
-/// arguments the mmap hold reads (the ptrace ABI, fixed).
-mod regs {
-    pub const R10: u64 = 56;
-    pub const R8: u64 = 72;
-    pub const DX: u64 = 96;
-    pub const ORIG_AX: u64 = 120;
-}
 
 #[inline(always)]
 fn kernel<T>(addr: u64) -> Option<T> {
@@ -139,13 +125,11 @@ pub fn maybe_hold(pid: u32, now: u64) {
     hold(pid, now, exe, HOLD_EXEC);
 }
 
-/// Called at every mmap (`sys_enter_mmap`, where the kernel cannot run the
-/// cheaper [`maybe_hold_new_mapping`]): a file mapped executable that the
-/// observer has not looked at (a library opened with dlopen, which the
-/// loader maps while the program runs: Python's ssl module maps libssl and
-/// may handshake within a millisecond) holds its process too. The signal is
-/// taken on the way out of the call, so the mapping is in place when
-/// userspace looks.
+/// Called at every mmap: a file mapped executable that the observer has not
+/// looked at (a library opened with dlopen, which the loader maps while the
+/// program runs: Python's ssl module maps libssl and may handshake within a
+/// millisecond) holds its process too. The signal is taken on the way out of
+/// the call, so the mapping is in place when userspace looks.
 #[inline(always)]
 pub fn maybe_hold_mapping(prot: u64, fd: u64) {
     // Anonymous memory and data mappings: the bulk of mmaps, passed at once.
@@ -156,54 +140,15 @@ pub fn maybe_hold_mapping(prot: u64, fd: u64) {
     let Some(w) = holding(now) else {
         return;
     };
-    hold_mapped_file(&w, now, fd);
-}
-
-/// Called where mmap looks for room for a new mapping (`vm_unmapped_area`:
-/// not for MAP_FIXED ones, nor any other system call, so unlike a syscall
-/// tracepoint it costs the rest of the host nothing). The loader's first
-/// mapping of a library reserves its whole span there: glibc's with
-/// MAP_DENYWRITE, whatever the first segment's protection; one mapped
-/// executable from the start (musl's loader, some runtimes) is held too.
-/// The mmap's arguments come from the task's saved registers (5.15+).
-#[inline(always)]
-pub fn maybe_hold_new_mapping() {
-    let now = now_ns();
-    let Some(w) = holding(now) else {
-        return;
-    };
-    // SAFETY: helpers returning the current task (a trusted pointer) and its
-    // user registers.
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
-    if regs == 0 || kernel::<u64>(regs + regs::ORIG_AX) != Some(SYS_MMAP) {
-        return;
-    }
-    let (Some(prot), Some(flags), Some(fd)) = (
-        kernel::<u64>(regs + regs::DX),
-        kernel::<u64>(regs + regs::R10),
-        kernel::<u64>(regs + regs::R8),
-    ) else {
-        return;
-    };
-    let library = flags & MAP_DENYWRITE != 0 || prot & PROT_EXEC != 0;
-    if !library || flags & MAP_PRIVATE == 0 || fd > i32::MAX as u64 {
-        return;
-    }
-    hold_mapped_file(&w, now, fd);
-}
-
-/// Holds the current process unless the file behind `fd` is known.
-#[inline(always)]
-fn hold_mapped_file(w: &ExeWalk, now: u64, fd: u64) {
     // SAFETY: a helper returning the current task's address.
     let task = unsafe { bpf_get_current_task() };
-    if unattended(w, task).is_none() {
+    if unattended(&w, task).is_none() {
         return;
     }
     let Some(file) = file_of(&fd_walk(), task, fd) else {
         return;
     };
-    let Some(key) = file_key(w, file) else {
+    let Some(key) = file_key(&w, file) else {
         return;
     };
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;

@@ -8,8 +8,8 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
     },
-    macros::{raw_tracepoint, tracepoint},
-    programs::{RawTracePointContext, TracePointContext},
+    macros::tracepoint,
+    programs::TracePointContext,
     EbpfContext,
 };
 use observer_common::{
@@ -20,7 +20,7 @@ use observer_common::{
 use crate::{
     ctx::{field, now_ns},
     events::{reserve, submit_flags},
-    exec_hold::{maybe_hold, maybe_hold_mapping, maybe_hold_new_mapping},
+    exec_hold::{maybe_hold, maybe_hold_mapping},
 };
 
 /// Format: filename (__data_loc char[]), pid, old_pid.
@@ -51,18 +51,8 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Where mmap finds room for a new mapping: the loader's first mapping of a
-/// library not looked at yet may be held (`exec_hold`).
-#[raw_tracepoint(tracepoint = "vm_unmapped_area")]
-pub fn vm_unmapped_area(_ctx: RawTracePointContext) -> i32 {
-    maybe_hold_new_mapping();
-    0
-}
-
-/// Every mmap, where [`vm_unmapped_area`] cannot go (before 5.15: no task
-/// registers): one of a file not looked at yet, mapped executable, may be
-/// held (`exec_hold`). A syscall tracepoint slows every system call of the
-/// host (~50 ns), hence the stand-in role.
+/// Every mmap: one of a file not looked at yet, mapped executable, may be
+/// held (`exec_hold`).
 #[tracepoint]
 pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     let prot: u64 = field(&ctx, m::PROT);

@@ -235,38 +235,14 @@ pub fn skips_lose_events(name: &str) -> bool {
     name != CONNECTIONS_NESTED
 }
 
-/// The mmap hold where mmap finds room (5.15+: it reads the task's saved
-/// registers), costing nothing to other system calls.
-pub const MMAP_HOLD: &str = "vm_unmapped_area";
-/// The same hold on the mmap syscall's tracepoint, which slows every system
-/// call of the host: only where [`MMAP_HOLD`] cannot go.
-pub const MMAP_HOLD_SYSCALL: &str = "sys_enter_mmap";
-
-/// Each program that has a stand-in, the stand-in, and whether the stand-in
-/// gives all it gives (else the feature counts as degraded).
-const STAND_INS: &[(&str, &str, bool)] = &[
-    (CONNECTIONS, CONNECTIONS_RECORD, false),
-    (MMAP_HOLD, MMAP_HOLD_SYSCALL, true),
-];
-
 /// A program and the one that stands in for it when it cannot attach.
 pub fn stand_in(name: &str) -> Option<&'static str> {
-    STAND_INS.iter().find(|s| s.0 == name).map(|s| s.1)
+    (name == CONNECTIONS).then_some(CONNECTIONS_RECORD)
 }
 
 /// Whether the program only stands in for another (attached in its place).
 pub fn is_stand_in(name: &str) -> bool {
-    STAND_INS.iter().any(|s| s.1 == name)
-}
-
-/// The program `name` stands in for.
-pub fn stands_in_for(name: &str) -> Option<&'static str> {
-    STAND_INS.iter().find(|s| s.1 == name).map(|s| s.0)
-}
-
-/// Whether the stand-in of `name` gives all `name` gives.
-pub fn stand_in_gives_all(name: &str) -> bool {
-    STAND_INS.iter().any(|s| s.0 == name && s.2)
+    name == CONNECTIONS_RECORD
 }
 
 /// Each TLS handshake-path hit costs a trap (~5 us here) in every process, so
@@ -347,17 +323,11 @@ pub const PROGRAMS: &[Program] = &[
     ),
     // With sched_process_exec, whose exec holds it extends (a feature is
     // off when one of its programs is: TLS handshakes stay on without it).
-    raw(
-        MMAP_HOLD,
-        tracepoints::vm_unmapped_area::LAYOUT,
-        "TLS probes on a library a running program opens (dlopen) before its first call",
-    ),
     tp(
-        MMAP_HOLD_SYSCALL,
+        "sys_enter_mmap",
         tracepoints::sys_enter_mmap::LAYOUT,
         false,
-        "TLS probes on a library a running program opens (dlopen) before its first call, \
-         where vm_unmapped_area cannot go (before 5.15); slows every system call",
+        "TLS probes on a library a running program opens (dlopen) before its first call",
     ),
     tp(
         "sched_process_exit",

@@ -17,12 +17,6 @@ pub struct Mapping {
 
 /// Parses one maps line; None for anonymous, non-executable or odd lines.
 pub fn parse_line(line: &str) -> Option<Mapping> {
-    parse(line, true)
-}
-
-/// Parses one maps line of a file mapped any way; None for anonymous or
-/// odd lines.
-fn parse(line: &str, executable_only: bool) -> Option<Mapping> {
     let mut it = line.splitn(6, ' ');
     let range = it.next()?;
     let perms = it.next()?;
@@ -30,8 +24,7 @@ fn parse(line: &str, executable_only: bool) -> Option<Mapping> {
     let dev = it.next()?;
     let ino: u64 = it.next()?.parse().ok()?;
     let path = it.next()?.trim_start();
-    let executable = perms.as_bytes().get(2) == Some(&b'x');
-    if ino == 0 || (executable_only && !executable) || !path.starts_with('/') {
+    if ino == 0 || perms.as_bytes().get(2) != Some(&b'x') || !path.starts_with('/') {
         return None;
     }
     let (major, minor) = dev.split_once(':')?;
@@ -47,19 +40,9 @@ fn parse(line: &str, executable_only: bool) -> Option<Mapping> {
 
 /// Distinct executable files mapped by `pid`.
 pub fn executable_files(proc_root: &Path, pid: u32) -> std::io::Result<Vec<Mapping>> {
-    files(proc_root, pid, true)
-}
-
-/// Distinct files mapped by `pid` in any way: a library the loader has
-/// reserved room for but not yet mapped executable among them.
-pub fn mapped_files(proc_root: &Path, pid: u32) -> std::io::Result<Vec<Mapping>> {
-    files(proc_root, pid, false)
-}
-
-fn files(proc_root: &Path, pid: u32, executable_only: bool) -> std::io::Result<Vec<Mapping>> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps"))?;
     let mut out: Vec<Mapping> = Vec::new();
-    for m in text.lines().filter_map(|l| parse(l, executable_only)) {
+    for m in text.lines().filter_map(parse_line) {
         if !out.iter().any(|o| o.id == m.id) {
             out.push(m);
         }
@@ -86,8 +69,5 @@ mod tests {
         assert_eq!(parse_line("1000-2000 rw-p 0 00:00 0 "), None);
         assert_eq!(parse_line("1000-2000 r-xp 0 00:00 0 [vdso]"), None);
         assert_eq!(parse_line("garbage"), None);
-        let reserved = parse("1000-2000 r--p 0 08:02 77 /lib/libssl.so.3", false);
-        assert_eq!(reserved.map(|m| m.path), Some("/lib/libssl.so.3".into()));
-        assert_eq!(parse("1000-2000 rw-p 0 00:00 0 ", false), None);
     }
 }

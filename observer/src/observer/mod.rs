@@ -346,13 +346,9 @@ impl View<'_> {
     fn connections(&self) -> State {
         let mut rows = self.rows(Feature::Connections);
         let on = |name: &str| self.probes.state(name).is_some_and(|s| s.attached > 0);
-        // A stand-in counts only where it stands in; one that gives all its
-        // program gives serves in its place.
+        // A stand-in counts only where it stands in.
         rows.retain(|(p, _)| {
-            let stood_for_on = programs::stands_in_for(p.name).is_some_and(on);
-            let served =
-                programs::stand_in_gives_all(p.name) && programs::stand_in(p.name).is_some_and(on);
-            p.hook.attaches() && !stood_for_on && !served
+            p.hook.attaches() && !(programs::is_stand_in(p.name) && on(programs::CONNECTIONS))
         });
 
         let attached = rows.iter().filter(|(_, s)| s.attached > 0).count();

@@ -52,7 +52,7 @@ use crate::{
         discovery,
         elf::{classify, TlsImage},
         pinned::{reachable, Pinned},
-        procmaps::{executable_files, mapped_files, FileId, Mapping},
+        procmaps::{executable_files, FileId, Mapping},
         system_libc,
     },
     programs::{self, Feature, Library, UprobeSite},
@@ -260,11 +260,7 @@ impl TlsProbes {
         };
         let mut mapped = HashSet::new();
         for pid in pids {
-            mapped.extend(
-                self.scan_files(probes, pid, executable_files)
-                    .into_iter()
-                    .map(|m| m.id),
-            );
+            mapped.extend(self.scan_files(probes, pid).into_iter().map(|m| m.id));
         }
         self.release_unreachable(probes, &mapped);
         self.forget_gone_others(&mapped);
@@ -353,31 +349,15 @@ impl TlsProbes {
     /// Looks at the files `pid` maps (a new one gets its probes); returns
     /// its TLS files.
     fn scan(&mut self, probes: &mut Probes, pid: u32) -> Vec<Mapping> {
-        self.scan_tls(probes, pid, executable_files)
-    }
-
-    /// [`Self::scan`] over the files `pid` maps in any way (a library whose
-    /// room the loader has just reserved is not executable yet).
-    fn scan_tls(
-        &mut self,
-        probes: &mut Probes,
-        pid: u32,
-        list: fn(&Path, u32) -> std::io::Result<Vec<Mapping>>,
-    ) -> Vec<Mapping> {
-        let mut maps = self.scan_files(probes, pid, list);
+        let mut maps = self.scan_files(probes, pid);
         maps.retain(|m| matches!(self.files.get(&m.id), Some(Some(_))));
         maps
     }
 
     /// Looks at the files `pid` maps (a new one gets its probes); returns
     /// them all.
-    fn scan_files(
-        &mut self,
-        probes: &mut Probes,
-        pid: u32,
-        list: fn(&Path, u32) -> std::io::Result<Vec<Mapping>>,
-    ) -> Vec<Mapping> {
-        let maps = match list(&self.proc_root, pid) {
+    fn scan_files(&mut self, probes: &mut Probes, pid: u32) -> Vec<Mapping> {
+        let maps = match executable_files(&self.proc_root, pid) {
             Ok(m) => m,
             Err(e) => {
                 // A process that just exited is not worth counting.
@@ -686,7 +666,7 @@ impl TlsProbes {
     /// for every process, and this one's own while it is followed.
     fn on_held_mapping(&mut self, probes: &mut Probes, ev: HoldEvent) {
         self.report.exec_hold.held_mappings += 1;
-        let tls = self.scan_tls(probes, ev.pid, mapped_files);
+        let tls = self.scan(probes, ev.pid);
         if self.procs.contains_key(&ev.pid) {
             for m in tls {
                 if matches!(self.files.get(&m.id), Some(Some(f)) if f.all.is_empty()) {
